@@ -1,0 +1,3 @@
+from minieagle.cli import main
+
+raise SystemExit(main())

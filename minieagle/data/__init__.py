@@ -1,0 +1,92 @@
+"""The two bundled corpora and their deterministic train/val/test splits.
+
+- `"prose"`: English prose, the Python 3.11 documentation (reST sources, lightly cleaned).
+- `"code"`: Python source, the pure-Python standard library of CPython 3.11.7.
+
+Both are under the PSF licence (`LICENSE-PSF.txt`); `PROVENANCE.md` says where they come from and
+`build_corpora.py` rebuilds them. Each corpus is a list of documents, one per source file.
+
+The split of a document depends only on its `source` path: the first 8 bytes of
+sha256(source) pick one of 100 buckets; buckets 0-89 are train, 90-94 val, 95-99 test. Adding or
+removing a file therefore never moves another file between splits.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import lzma
+from dataclasses import dataclass
+from pathlib import Path
+
+CORPORA = ("prose", "code")
+SPLITS = ("train", "val", "test")
+
+_DATA_DIR = Path(__file__).resolve().parent
+_SPLIT_BUCKETS = {"train": range(0, 90), "val": range(90, 95), "test": range(95, 100)}
+
+
+@dataclass(frozen=True)
+class Document:
+    """One source file of a corpus: its path relative to the source root, and its text."""
+
+    source: str
+    text: str
+
+
+def _check_corpus(corpus: str) -> None:
+    if corpus not in CORPORA:
+        raise ValueError(f"corpus={corpus!r} is unknown; pass one of {CORPORA}")
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is unknown; pass one of {SPLITS}")
+
+
+def split_of(source: str) -> str:
+    """The split ("train", "val" or "test") that the document named `source` belongs to."""
+    bucket = int.from_bytes(hashlib.sha256(source.encode("utf-8")).digest()[:8], "big") % 100
+    for split, buckets in _SPLIT_BUCKETS.items():
+        if bucket in buckets:
+            return split
+    raise AssertionError(f"bucket {bucket} is in no split")  # unreachable: buckets cover 0-99
+
+
+@functools.cache
+def _load(corpus: str) -> tuple[Document, ...]:
+    path = _DATA_DIR / f"{corpus}.jsonl.xz"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing; reinstall minieagle or rebuild it with "
+            "`python -m minieagle.data.build_corpora`"
+        )
+    with lzma.open(path, "rt", encoding="utf-8") as lines:
+        documents = tuple(Document(**json.loads(line)) for line in lines if line.strip())
+    return tuple(sorted(documents, key=lambda d: d.source))
+
+
+def load_documents(corpus: str) -> list[Document]:
+    """All documents of `corpus` ("prose" or "code"), sorted by `source`."""
+    _check_corpus(corpus)
+    return list(_load(corpus))
+
+
+def load_split(corpus: str, split: str) -> list[Document]:
+    """The documents of `corpus` in `split` ("train" ~90%, "val" ~5%, "test" ~5%), by `source`."""
+    _check_corpus(corpus)
+    _check_split(split)
+    return [d for d in _load(corpus) if split_of(d.source) == split]
+
+
+@functools.cache
+def _text(corpus: str, split: str) -> str:
+    return "\n\n".join(d.text for d in load_split(corpus, split))
+
+
+def load_text(corpus: str, split: str) -> str:
+    """The documents of `load_split(corpus, split)` joined with a blank line ("\\n\\n")."""
+    _check_corpus(corpus)
+    _check_split(split)
+    return _text(corpus, split)

@@ -1,0 +1,82 @@
+"""The key/value cache: append new positions, keep a chosen subset of them (tree acceptance).
+
+Keys and values of every layer live in preallocated buffers `[B, Hkv, capacity, hd]`; `length` says
+how many positions are valid. Appending writes in place. After a draft tree is verified, `keep`
+compacts the accepted nodes (a subset of the positions just appended, in order) to the front of
+that block and drops the rest — the "KV-cache surgery" every speculative method shares.
+"""
+
+from __future__ import annotations
+
+from minieagle.backend import array_module
+
+
+class KVCache:
+    """Per-layer key/value buffers for one batch of sequences."""
+
+    def __init__(
+        self, num_layers: int, batch: int, num_kv_heads: int, head_dim: int, capacity: int, like
+    ):
+        """`like` is any array whose module and dtype the buffers take (e.g. a model weight)."""
+        xp = array_module(like)
+        shape = (batch, num_kv_heads, capacity, head_dim)
+        self.keys = [xp.zeros(shape, dtype=like.dtype) for _ in range(num_layers)]
+        self.values = [xp.zeros(shape, dtype=like.dtype) for _ in range(num_layers)]
+        self.capacity = capacity
+        self.length = 0
+
+    @classmethod
+    def for_model(cls, config, params, batch: int = 1, capacity: int | None = None) -> KVCache:
+        capacity = capacity or config.max_position_embeddings
+        return cls(
+            config.num_hidden_layers,
+            batch,
+            config.num_key_value_heads,
+            config.head_dim,
+            capacity,
+            params["model.embed_tokens.weight"],
+        )
+
+    def append(self, layer: int, k, v):
+        """Write k, v [B, Hkv, T, hd] after the valid positions of `layer`; return the valid
+        keys and values [B, Hkv, length + T, hd]. The length advances once all layers appended."""
+        T = k.shape[2]
+        end = self.length + T
+        if end > self.capacity:
+            raise ValueError(
+                f"KV cache overflow: {self.length} cached + {T} new positions > capacity "
+                f"{self.capacity}; shorten the prompt or max_new_tokens, or raise "
+                "max_position_embeddings"
+            )
+        self.keys[layer][:, :, self.length : end] = k
+        self.values[layer][:, :, self.length : end] = v
+        if layer == len(self.keys) - 1:
+            self.length = end
+        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+
+    def keep(self, start: int, indices) -> None:
+        """Keep only positions `start + indices` of the block appended from `start` on, moved to
+        `start, start + 1, ...` in the given order; everything after is dropped.
+
+        indices: host ints, strictly increasing (a root-to-leaf path of a draft tree is).
+        """
+        indices = [int(i) for i in indices]
+        if any(b <= a for a, b in zip(indices, indices[1:], strict=False)):
+            raise ValueError(f"indices={indices} must be strictly increasing")
+        if indices and (indices[0] < 0 or start + indices[-1] >= self.length):
+            raise ValueError(
+                f"indices={indices} reach outside the {self.length - start} positions "
+                f"appended since start={start}"
+            )
+        xp = array_module(self.keys[0])
+        src = xp.asarray([start + i for i in indices], dtype=xp.int64)
+        for buffers in (self.keys, self.values):
+            for buf in buffers:
+                buf[:, :, start : start + len(indices)] = buf[:, :, src]
+        self.length = start + len(indices)
+
+    def crop(self, length: int) -> None:
+        """Drop every position from `length` on (chain rollback)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"length={length} is outside [0, {self.length}]")
+        self.length = length
