@@ -1,9 +1,11 @@
 """The array module of given arrays (NumPy, CuPy, or any array-API namespace) and the few shims.
 
 Library code never picks a backend by itself: it asks `array_module(x)` for the module of the
-arrays it was given, so the same code runs on NumPy, on CuPy on a GPU, and under array-api-strict
-in the test lane that catches silent host conversions. Crossing to the host is always explicit
-(`to_host`).
+arrays it was given and calls functions through it (`xp.sum(x, axis=-1)`, `xp.reshape`,
+`xp.permute_dims`: the array-API names, which NumPy >= 2 and CuPy >= 14 share). So the same code
+runs on NumPy, on CuPy on a GPU, and under array-api-strict on a fake device, the test lane that
+catches silent host conversions. Crossing to the host is always explicit (`to_host`); new arrays
+are made on the device of an existing one (`arange`, `zeros`, `to_device` with `like=`).
 """
 
 from __future__ import annotations
@@ -12,34 +14,59 @@ import numpy as np
 
 
 def array_module(*arrays):
-    """The module that created these arrays: numpy, cupy, or an array-API namespace."""
+    """The module that created these arrays: numpy, cupy, or an array-API namespace (numpy when
+    none of them is an array, e.g. Python ints)."""
     for a in arrays:
-        namespace = getattr(a, "__array_namespace__", None)
-        if namespace is not None and type(a).__module__.split(".")[0] not in ("numpy",):
-            module = type(a).__module__.split(".")[0]
-            if module == "cupy":
-                import cupy
+        library = type(a).__module__.split(".")[0]
+        if library == "numpy":
+            continue
+        if library == "cupy":
+            import cupy
 
-                return cupy
+            return cupy
+        namespace = getattr(a, "__array_namespace__", None)
+        if namespace is not None:
             return namespace()
     return np
 
 
+def _on_device_of(like) -> dict:
+    """Keyword arguments that put a new array on the device of `like`: `device=` for array-API
+    namespaces; none for NumPy (one device) and CuPy (it allocates on the current CUDA device and
+    its creation functions take no `device=`)."""
+    xp = array_module(like)
+    if xp is np or xp.__name__ == "cupy":
+        return {}
+    return {"device": like.device}
+
+
 def to_host(x) -> np.ndarray:
-    """An explicit device -> host copy (a no-op view for NumPy arrays)."""
+    """An explicit device -> host copy (the array itself for NumPy arrays)."""
     if isinstance(x, np.ndarray):
         return x
     if hasattr(x, "get"):  # CuPy
         return x.get()
+    xp = array_module(x)
+    if hasattr(xp, "Device"):  # array-api-strict (the test lane): to its CPU device, then NumPy
+        return np.asarray(x.to_device(xp.Device("CPU_DEVICE")))
     return np.asarray(x)
 
 
-def to_device(x, like):
-    """Put a host array on the device (and module) of `like`."""
+def to_device(x, like, dtype=None):
+    """Host data (a NumPy array or nested lists) as an array of the module and device of `like`."""
     xp = array_module(like)
-    if xp is np:
-        return np.asarray(x)
-    return xp.asarray(x)
+    return xp.asarray(x, dtype=dtype, **_on_device_of(like))
+
+
+def arange(*args, like, dtype=None):
+    """`arange(stop)` or `arange(start, stop[, step])` on the module and device of `like`."""
+    return array_module(like).arange(*args, dtype=dtype, **_on_device_of(like))
+
+
+def zeros(shape, *, like, dtype=None):
+    """Zeros of `shape` on the module and device of `like`, in its dtype unless `dtype` is given."""
+    dtype = like.dtype if dtype is None else dtype
+    return array_module(like).zeros(shape, dtype=dtype, **_on_device_of(like))
 
 
 def scatter_add_rows(shape, rows, values):
@@ -59,5 +86,5 @@ def scatter_add_rows(shape, rows, values):
         out = xp.zeros(shape, dtype=values.dtype)
         cupyx.scatter_add(out, rows, values)
         return out
-    one_hot = xp.astype(rows[:, None] == xp.arange(shape[0])[None, :], values.dtype)  # [N, V]
-    return one_hot.T @ values
+    one_hot = rows[:, None] == arange(shape[0], like=rows)[None, :]  # [N, V] bool
+    return xp.astype(one_hot, values.dtype).T @ values  # [V, N] @ [N, d] -> [V, d]

@@ -20,7 +20,7 @@ class LlamaConfig:
     intermediate_size: width of the SwiGLU MLP.
     num_hidden_layers: L, number of decoder layers.
     num_attention_heads: query heads; head_dim = hidden_size // num_attention_heads unless given.
-    num_key_value_heads: key/value heads (grouped-query attention when smaller than the query heads).
+    num_key_value_heads: key/value heads (grouped-query attention when fewer than query heads).
     max_position_embeddings: the longest sequence (prompt + generation) the model accepts.
     rope_theta: base of the rotary frequencies.
     rms_norm_eps: epsilon inside RMSNorm.
@@ -61,7 +61,8 @@ class LlamaConfig:
             if self.hidden_size % self.num_attention_heads:
                 raise ValueError(
                     f"hidden_size={self.hidden_size} is not divisible by "
-                    f"num_attention_heads={self.num_attention_heads}; pick a divisor or set head_dim"
+                    f"num_attention_heads={self.num_attention_heads}; "
+                    "pick a divisor or set head_dim"
                 )
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
         if self.head_dim % 2:
@@ -78,7 +79,11 @@ class LlamaConfig:
                 raise ValueError(f"{name}={value} is outside [0, vocab_size={self.vocab_size})")
 
     def replace(self, **changes) -> LlamaConfig:
-        """A copy with some fields changed (validated again)."""
+        """A copy with some fields changed (validated again). A head_dim that was derived from
+        hidden_size // num_attention_heads is derived again unless given."""
+        derived = self.head_dim == self.hidden_size // self.num_attention_heads
+        if derived and "head_dim" not in changes:
+            changes["head_dim"] = None
         return dataclasses.replace(self, **changes)
 
 

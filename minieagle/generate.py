@@ -1,8 +1,12 @@
-"""Vanilla autoregressive decoding with a KV cache: one target forward per emitted token.
+"""The speculative loop, the same for every method: draft a tree, verify it in one target forward,
+keep the accepted path in the KV cache, tell the drafter, repeat.
 
-This is the baseline every speculative method is measured against and must reproduce: greedy
-speculative output equals `generate(..., SamplingParams(temperature=0))` token for token, and at
-T > 0 its output distribution equals this loop's.
+Vanilla decoding is this loop with a drafter that proposes nothing (a tree of just the root): one
+target forward per emitted token. Every method differs only in its drafter (`minieagle.drafters`);
+the loop, the tree type, the verifier and the cache surgery are shared.
+
+Bookkeeping: the target's KV cache holds every emitted token except the last one, the *root* of
+the next tree. The prompt's last token is the first root.
 """
 
 from __future__ import annotations
@@ -12,11 +16,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from minieagle import model
+from minieagle import model, tree as trees
 from minieagle.backend import array_module, to_host
 from minieagle.config import LlamaConfig
+from minieagle.drafters import Drafter, NoDrafter
 from minieagle.kvcache import KVCache
-from minieagle.sampling import Randomness, SamplingParams, SeededRandomness, sample_token
+from minieagle.sampling import Randomness, SamplingParams, SeededRandomness, target_distribution
+from minieagle.verify import verify
 
 
 @dataclass
@@ -25,11 +31,31 @@ class GenerationResult:
 
     tokens: list[int]  # the new tokens only (an end-of-text token, if emitted, included)
     prompt_length: int
-    stop_reason: str  # "eos" or "max_new_tokens"
-    target_forwards: int  # forward passes of the target, prefill included
+    stop_reason: str  # "eos", "max_new_tokens" or "context_full"
+    target_forwards: int  # verification forwards (one per cycle), prefill excluded
+    accepted_per_cycle: list[int] = field(default_factory=list)  # draft tokens accepted
+    drafted_depth_per_cycle: list[int] = field(default_factory=list)  # the tree's depth
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
-    stats: dict = field(default_factory=dict)
+
+    @property
+    def tau(self) -> float:
+        """Acceptance length: tokens emitted per target forward, bonus token included."""
+        return sum(a + 1 for a in self.accepted_per_cycle) / max(1, len(self.accepted_per_cycle))
+
+    def acceptance_by_depth(self, max_depth: int) -> list[float]:
+        """n-alpha: at depth n+1, the fraction of cycles that accepted a token there among the
+        cycles that reached depth n with a draft below it (all earlier drafts accepted)."""
+        rates = []
+        for depth in range(1, max_depth + 1):
+            reached = sum(
+                1
+                for a, d in zip(self.accepted_per_cycle, self.drafted_depth_per_cycle, strict=True)
+                if a >= depth - 1 and d >= depth
+            )
+            passed = sum(1 for a in self.accepted_per_cycle if a >= depth)
+            rates.append(passed / reached if reached else float("nan"))
+        return rates
 
     @property
     def ms_per_token(self) -> float:
@@ -56,45 +82,79 @@ def generate(
     config: LlamaConfig,
     prompt_ids,
     *,
+    drafter: Drafter | None = None,
     max_new_tokens: int = 64,
     sampling: SamplingParams | None = None,
     rng: Randomness | None = None,
     seed: int | None = None,
     stop_at_eos: bool = True,
 ) -> GenerationResult:
-    """Continue `prompt_ids` (host ints) one token per target forward.
+    """Continue `prompt_ids` (host ints) with the target, drafts from `drafter` (none: vanilla).
 
     Stops at end-of-text (if `stop_at_eos`), after `max_new_tokens`, or when the context is full.
-    Sampling: greedy by default; `rng` (any `Randomness`) or `seed` drives T > 0.
+    Sampling is greedy by default; `rng` (any `Randomness`) or `seed` drives T > 0 and drafting.
     """
     sampling = sampling or SamplingParams()
     rng = rng or SeededRandomness(seed)
+    drafter = drafter or NoDrafter()
     prompt_ids = [int(t) for t in prompt_ids]
     check_prompt(config, prompt_ids, max_new_tokens)
     xp = array_module(params["model.embed_tokens.weight"])
-    budget = min(max_new_tokens, config.max_position_embeddings - len(prompt_ids))
-    cache = KVCache.for_model(config, params, capacity=len(prompt_ids) + budget)
+    context = config.max_position_embeddings
+    cache = KVCache.for_model(config, params, capacity=context)
+    features = tuple(drafter.feature_keys)
 
     start = time.perf_counter()
-    logits, _, _ = model.forward(params, config, xp.asarray(prompt_ids), cache=cache)
-    forwards, tokens, stop_reason = 1, [], "max_new_tokens"
-    next_logits = logits[-1]
-    prefill_done = time.perf_counter()
-    while len(tokens) < budget:
-        token = sample_token(next_logits, sampling, rng)
-        tokens.append(token)
-        if stop_at_eos and token == config.eos_token_id:
-            stop_reason = "eos"
+    hidden = {}
+    if len(prompt_ids) > 1:
+        _, hidden, _ = model.forward(
+            params, config, xp.asarray(prompt_ids[:-1]), cache=cache, output_hidden=features
+        )
+    drafter.begin(prompt_ids, hidden, sampling)
+    result = GenerationResult([], len(prompt_ids), "max_new_tokens", 0)
+    result.prefill_seconds = time.perf_counter() - start
+
+    root = prompt_ids[-1]
+    while len(result.tokens) < max_new_tokens:
+        room = context - cache.length  # tree nodes that still fit in the context
+        if room < 1:
+            result.stop_reason = "context_full"
             break
-        if len(tokens) == budget:
+        draft_tree = drafter.propose(root, rng, max_nodes=room)
+        cached = cache.length
+        logits, hidden, _ = model.forward(
+            params,
+            config,
+            xp.asarray(draft_tree.tokens),
+            position_ids=xp.asarray(trees.position_ids(draft_tree, cached)),
+            attention_mask=xp.asarray(trees.attention_mask(draft_tree, cached)),
+            cache=cache,
+            output_hidden=features,
+        )
+        target_probs = np.stack([target_distribution(row, sampling) for row in logits])
+        verdict = verify(draft_tree, target_probs, rng)
+        path = [0, *verdict.accepted]
+        cache.keep(cached, path)
+        kept_tokens = [int(t) for t in draft_tree.tokens[path]]
+        drafter.accept(
+            kept_tokens, {k: v[xp.asarray(path)] for k, v in hidden.items()}, verdict.next_token
+        )
+        result.target_forwards += 1
+        result.accepted_per_cycle.append(len(verdict.accepted))
+        result.drafted_depth_per_cycle.append(int(trees.depths(draft_tree).max()))
+        emitted = kept_tokens[1:] + [verdict.next_token]
+        for token in emitted:
+            result.tokens.append(token)
+            if stop_at_eos and token == config.eos_token_id:
+                result.stop_reason = "eos"
+                break
+            if len(result.tokens) == max_new_tokens:
+                break
+        if result.stop_reason == "eos":
             break
-        logits, _, _ = model.forward(params, config, xp.asarray([token]), cache=cache)
-        next_logits = logits[-1]
-        forwards += 1
-    end = time.perf_counter()
-    return GenerationResult(
-        tokens, len(prompt_ids), stop_reason, forwards, prefill_done - start, end - prefill_done
-    )
+        root = verdict.next_token
+    result.decode_seconds = time.perf_counter() - start - result.prefill_seconds
+    return result
 
 
 def greedy_reference(params, config: LlamaConfig, prompt_ids, max_new_tokens: int) -> list[int]:

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from minieagle import layers
 from minieagle.model import causal_mask
 
-# Observed errors are ~1e-10 or below; 1e-7 leaves room without letting an O(1) bug through.
+# Observed errors are below 1e-9; 1e-7 leaves room without letting an O(1) bug through.
 BOUND = 1e-7
 
 

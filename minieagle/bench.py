@@ -1,0 +1,327 @@
+"""`minieagle bench`: the machine's matmul peak, vanilla decoding ms/token, training tokens/s, MFU,
+and what one decoder layer costs against a whole target forward.
+
+Machines are shared and noisy, so every number is a median over repeats with its spread (min, max),
+and every ratio (MFU, layer / forward) is taken from measurements made side by side in this one
+process. Tests never time anything; this module is where speed is measured.
+
+FLOP accounting (one multiply-add = 2 FLOPs; norms, softmax, RoPE, SwiGLU's gating and the
+optimizer are O(parameters) or O(d) per token and left out, as in the PaLM MFU convention):
+- N = matmul parameters: per layer q, k, v, o and the three MLP matrices, plus the LM head [V, d].
+  The embedding is a row lookup, not a matmul, so a tied head counts its matrix once.
+- One token's forward: 2 N for the matmuls, plus attention against S visible positions in each of L
+  layers: q @ k^T and probs @ v are H * hd * S multiply-adds each, so 4 L H hd S.
+- Training a token in a sequence of T: the backward of a matmul is two matmuls of the same size
+  (input and weight gradients), so 2 N + 4 N = 6 N. Our attention computes the full T x T scores and
+  masks them (nothing is skipped for causality), so its forward is 4 L H hd T per token and its
+  backward (dprobs, dv, dq, dk) twice that: 12 L H hd T, which is 12 L T d when H hd = d.
+MFU = achieved FLOP/s / the measured float32 matmul peak of this machine (both reported).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from minieagle import layers, model
+from minieagle.config import LlamaConfig
+from minieagle.generate import generate
+from minieagle.kvcache import KVCache
+from minieagle.optim import AdamW, clip_grad_norm
+
+LAYER_COST_TARGET = 1 / 12  # DESIGN: one decoder layer costs at most ~1/12 of a target forward
+
+
+def _spread(values) -> dict:
+    """Median, min and max of a list of measurements."""
+    values = [float(v) for v in values]
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+# ---------------------------------------------------------------------------- FLOP counts
+
+
+def matmul_params(config: LlamaConfig) -> int:
+    """N: weights used in matmuls per token (attention and MLP projections, and the LM head)."""
+    d, inter = config.hidden_size, config.intermediate_size
+    q_width = config.num_attention_heads * config.head_dim
+    kv_width = config.num_key_value_heads * config.head_dim
+    per_layer = d * q_width + 2 * d * kv_width + q_width * d + 3 * d * inter
+    return config.num_hidden_layers * per_layer + config.vocab_size * d
+
+
+def forward_flops_per_token(config: LlamaConfig, visible: int) -> int:
+    """FLOPs of one token's forward when it attends to `visible` positions (itself included)."""
+    attention = 4 * config.num_hidden_layers * config.num_attention_heads * config.head_dim
+    return 2 * matmul_params(config) + attention * visible
+
+
+def train_flops_per_token(config: LlamaConfig, seq_len: int) -> int:
+    """FLOPs of forward + backward per token of a [B, seq_len] batch: 6 N + 12 L H hd T."""
+    attention = 12 * config.num_hidden_layers * config.num_attention_heads * config.head_dim
+    return 6 * matmul_params(config) + attention * seq_len
+
+
+# ---------------------------------------------------------------------------- measurements
+
+
+def machine_info() -> dict:
+    """CPU count, the thread variables BLAS reads, and the BLAS numpy was built against."""
+    info = {"cpu_count": os.cpu_count()}
+    if hasattr(os, "sched_getaffinity"):
+        info["cpus_usable"] = len(os.sched_getaffinity(0))
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        info[var] = os.environ.get(var, "unset")
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        info["blas"] = f"{blas.get('name')} {blas.get('version')}"
+    except Exception:  # the layout of show_config is not a stable API
+        info["blas"] = "unknown"
+    return info
+
+
+def measure_matmul_peak(sizes=(512, 1024), repeats: int = 5, flops_per_timing=2e9) -> dict:
+    """float32 GFLOP/s of square matmuls [n, n] @ [n, n] (2 n^3 FLOPs each).
+
+    The peak is the best repeat of the best size: the denominator of MFU is what this machine can
+    do at its best, so noise from other processes should not lower it. Medians are reported too."""
+    rng = np.random.default_rng(0)
+    by_size = {}
+    for n in sizes:
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        out = np.empty((n, n), dtype=np.float32)
+        np.matmul(a, b, out=out)  # warm-up: threads started, pages touched
+        inner = max(1, int(flops_per_timing // (2 * n**3)))
+        rates = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            for _ in range(inner):
+                np.matmul(a, b, out=out)
+            rates.append(2 * n**3 * inner / (time.perf_counter() - start) / 1e9)
+        by_size[n] = {"best_gflops": max(rates), **_spread(rates)}
+    peak = max(entry["best_gflops"] for entry in by_size.values())
+    return {"peak_gflops": peak, "by_size": by_size}
+
+
+def heldout_prompts(tokenizer, per_corpus: int = 2, length: int = 32) -> list[tuple[str, list]]:
+    """(corpus, ids): the first `length` tokens (<bos> included) of the first `per_corpus`
+    documents of each test split. Without a tokenizer, seeded random ids after <bos>."""
+    if tokenizer is None:
+        rng = np.random.default_rng(0)
+        return [("random", [1] + rng.integers(3, 259, length - 1).tolist())] * (2 * per_corpus)
+    from minieagle.data import load_split
+
+    prompts = []
+    for corpus in ("prose", "code"):
+        documents = [d for d in load_split(corpus, "test") if len(d.text) >= 8 * length]
+        for document in documents[:per_corpus]:
+            ids = tokenizer.encode(document.text[: 8 * length], add_bos=True)[:length]
+            prompts.append((corpus, ids))
+    return prompts
+
+
+def measure_decode(params, config: LlamaConfig, prompts, *, new_tokens: int, repeats: int) -> dict:
+    """Greedy vanilla decoding with the KV cache, `new_tokens` per prompt, end-of-text ignored.
+
+    ms/token is decode time / decode forwards: each forward after the prefill emits one token
+    (the first token comes from the prefill's logits, so it is not a decode forward). One pass over
+    all prompts warms up first; each repeat is one pass over all prompts."""
+    if new_tokens < 2:
+        raise ValueError(f"new_tokens={new_tokens} is below 2; pass a count such as 64")
+
+    def one_pass():
+        seconds = prefill = forwards = flops = 0
+        for ids in prompts:
+            result = generate(
+                params, config, ids, max_new_tokens=new_tokens, stop_at_eos=False
+            )
+            decoded = result.target_forwards - 1
+            # decode forward i sees the prompt, the first token and i generated ones
+            flops += sum(forward_flops_per_token(config, len(ids) + 1 + i) for i in range(decoded))
+            seconds += result.decode_seconds
+            prefill += result.prefill_seconds
+            forwards += decoded
+        return 1e3 * seconds / forwards, 1e3 * prefill / len(prompts), flops / seconds / 1e9
+
+    one_pass()
+    runs = [one_pass() for _ in range(repeats)]
+    mean_prompt = sum(len(ids) for ids in prompts) / len(prompts)
+    return {
+        "prompts": len(prompts),
+        "mean_prompt_tokens": mean_prompt,
+        "new_tokens": new_tokens,
+        "ms_per_token": _spread([r[0] for r in runs]),
+        "prefill_ms": _spread([r[1] for r in runs]),
+        "gflops": _spread([r[2] for r in runs]),
+        "flops_per_token_at_prompt": forward_flops_per_token(config, int(mean_prompt) + 1),
+    }
+
+
+def measure_layer_ratio(
+    params, config: LlamaConfig, prompt, *, repeats: int = 7, inner: int = 20
+) -> dict:
+    """Time of decoder layer 0 vs the whole target forward for one decoded token after `prompt`
+    (cached), timed alternately in each repeat. The forward also pays for the embedding, the RoPE
+    tables, the final norm and the LM head: the full price a draft step is compared against."""
+    cache = KVCache.for_model(config, params, capacity=len(prompt) + 1)
+    model.forward(params, config, np.asarray(prompt), cache=cache)
+    past = cache.length
+    token = np.asarray([prompt[-1]])
+    x = params["model.embed_tokens.weight"][token][None]  # [1, 1, d]
+    cos, sin = layers.rope_tables(np.asarray([past]), config.head_dim, config.rope_theta, x.dtype)
+    mask = model.causal_mask(past, 1)
+    prefix = model.layer_prefix(0)
+
+    def whole_forward():
+        cache.crop(past)
+        model.forward(params, config, token, cache=cache)
+
+    def one_layer():
+        cache.crop(past)
+        model.decoder_layer_forward(params, prefix, config, x, cos, sin, mask, cache, 0)
+
+    def timed(fn) -> float:
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        return 1e3 * (time.perf_counter() - start) / inner
+
+    timed(whole_forward), timed(one_layer)  # warm-up
+    forward_ms, layer_ms = [], []
+    for _ in range(repeats):
+        forward_ms.append(timed(whole_forward))
+        layer_ms.append(timed(one_layer))
+    ratios = [layer / whole for layer, whole in zip(layer_ms, forward_ms, strict=True)]
+    return {
+        "forward_ms": _spread(forward_ms),
+        "layer_ms": _spread(layer_ms),
+        "layer_over_forward": _spread(ratios),
+        "target": LAYER_COST_TARGET,
+        "meets_target": statistics.median(ratios) <= LAYER_COST_TARGET,
+    }
+
+
+def measure_training(
+    params,
+    config: LlamaConfig,
+    *,
+    peak_gflops: float,
+    batch_size: int = 16,
+    seq_len: int = 256,
+    steps: int = 3,
+    warmup: int = 1,
+) -> dict:
+    """Tokens/s and MFU of one training step (loss_and_grads + clip_grad_norm + AdamW) on random
+    tokens, float32, on a copy of `params`. seq_len is capped at the model's context."""
+    seq_len = min(seq_len, config.max_position_embeddings)
+    params = {name: value.astype(np.float32, copy=True) for name, value in params.items()}
+    optimizer = AdamW(params)
+    rng = np.random.default_rng(0)
+    seconds = []
+    for step in range(warmup + steps):
+        inputs = rng.integers(0, config.vocab_size, (batch_size, seq_len))
+        targets = rng.integers(0, config.vocab_size, (batch_size, seq_len))
+        start = time.perf_counter()
+        _, grads = model.loss_and_grads(params, config, inputs, targets)
+        clip_grad_norm(grads, 1.0)
+        optimizer.step(params, grads, lr=1e-4)
+        if step >= warmup:
+            seconds.append(time.perf_counter() - start)
+    tokens = batch_size * seq_len
+    flops_per_token = train_flops_per_token(config, seq_len)
+    gflops = [flops_per_token * tokens / s / 1e9 for s in seconds]
+    return {
+        "batch_size": batch_size,
+        "seq_len": seq_len,
+        "step_s": _spread(seconds),
+        "tokens_per_s": _spread([tokens / s for s in seconds]),
+        "flops_per_token": flops_per_token,
+        "gflops": _spread(gflops),
+        "mfu": _spread([g / peak_gflops for g in gflops]),
+    }
+
+
+# ---------------------------------------------------------------------------- the command
+
+
+def _peak_rss_mb() -> float | None:
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def _row(label: str, stats: dict, unit: str, scale: float = 1.0, digits: int = 2) -> str:
+    m, lo, hi = (scale * stats[k] for k in ("median", "min", "max"))
+    return f"  {label:<26} {m:>10.{digits}f} {unit:<9} [{lo:.{digits}f} .. {hi:.{digits}f}]"
+
+
+def _print_report(r: dict) -> None:
+    m, peak, dec, lay, tr = r["model"], r["matmul"], r["decode"], r["layer"], r["training"]
+    print(
+        f"minieagle bench: {m['path']}: {m['layers']} layers, d={m['hidden_size']}, "
+        f"{m['params'] / 1e6:.2f}M params ({m['matmul_params'] / 1e6:.2f}M in matmuls)"
+    )
+    print(f"machine: {json.dumps(r['machine'])}")
+    print("  (median [min .. max] over repeats)")
+    for n, entry in peak["by_size"].items():
+        print(_row(f"matmul {n}x{n} float32", entry, "GFLOP/s", digits=1))
+    print(f"  {'matmul peak (best)':<26} {peak['peak_gflops']:>10.1f} GFLOP/s")
+    print(f"decoding: {dec['prompts']} prompts of ~{dec['mean_prompt_tokens']:.0f} tokens, "
+          f"{dec['new_tokens']} new tokens, greedy, KV cache")
+    print(_row("ms/token", dec["ms_per_token"], "ms"))
+    print(_row("prefill", dec["prefill_ms"], "ms"))
+    print(_row("achieved", dec["gflops"], "GFLOP/s", digits=3))
+    print(f"  {'FLOPs/token':<26} {dec['flops_per_token_at_prompt'] / 1e6:>10.2f} MFLOP")
+    print(f"layer cost (one decoded token, cached; target <= {lay['target']:.4f}):")
+    print(_row("whole forward", lay["forward_ms"], "ms", digits=3))
+    print(_row("decoder layer 0", lay["layer_ms"], "ms", digits=3))
+    print(_row("layer / forward", lay["layer_over_forward"], "", digits=4))
+    print(f"training: batch {tr['batch_size']} x seq {tr['seq_len']}, random tokens, AdamW")
+    print(_row("tokens/s", tr["tokens_per_s"], "tok/s", digits=0))
+    print(_row("step", tr["step_s"], "s"))
+    print(f"  {'FLOPs/token':<26} {tr['flops_per_token'] / 1e6:>10.2f} MFLOP")
+    print(_row("achieved", tr["gflops"], "GFLOP/s"))
+    print(_row("MFU", tr["mfu"], "%", scale=100, digits=1))
+    if r["peak_rss_mb"] is not None:
+        print(f"peak resident memory: {r['peak_rss_mb']:.0f} MB")
+
+
+def run_bench(args) -> dict:
+    """Measure the model at `args.model` (float32): matmul peak, decoding, layer cost, training.
+    Prints a table; writes JSON to `args.out` if given. Returns the results."""
+    from minieagle.checkpoint import load_checkpoint
+
+    if args.repeats < 1:
+        raise ValueError(f"repeats={args.repeats} is below 1; pass a count such as 5")
+    params, config, tokenizer = load_checkpoint(args.model, dtype=np.float32)
+    prompts = [ids for _, ids in heldout_prompts(tokenizer)]
+    matmul = measure_matmul_peak()
+    results = {
+        "model": {
+            "path": str(args.model),
+            "layers": config.num_hidden_layers,
+            "hidden_size": config.hidden_size,
+            "params": sum(int(p.size) for p in params.values()),
+            "matmul_params": matmul_params(config),
+        },
+        "machine": machine_info(),
+        "matmul": matmul,
+        "decode": measure_decode(
+            params, config, prompts, new_tokens=args.new_tokens, repeats=args.repeats
+        ),
+        "layer": measure_layer_ratio(params, config, prompts[0], repeats=max(5, args.repeats)),
+        "training": measure_training(params, config, peak_gflops=matmul["peak_gflops"]),
+    }
+    results["peak_rss_mb"] = _peak_rss_mb()
+    _print_report(results)
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    return results

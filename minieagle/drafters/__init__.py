@@ -1,0 +1,52 @@
+"""Drafters: one file per drafting method, all behind one small interface.
+
+A drafter is told the prompt (`begin`), proposes a draft tree rooted at the last emitted token
+(`propose`), and is told which tokens the target kept (`accept`). The speculative loop in
+`minieagle.generate` never looks inside it.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from minieagle.sampling import Randomness, SamplingParams
+from minieagle.tree import Tree
+
+
+class Drafter(Protocol):
+    """The interface every drafting method implements.
+
+    feature_keys: which target hidden states the drafter reads (`model.forward`'s
+    `output_hidden` keys): () for a separate draft model, ("final",) for EAGLE-1.
+    """
+
+    feature_keys: tuple
+
+    def begin(self, prompt_ids: list[int], features: dict, sampling: SamplingParams) -> None:
+        """A new sequence. features: target hidden states [len(prompt) - 1, d] of every prompt
+        position except the last (the last prompt token is the first tree's root)."""
+
+    def propose(self, root: int, rng: Randomness, max_nodes: int) -> Tree:
+        """A tree whose node 0 is `root`, with at most `max_nodes` nodes. Sampled candidates
+        carry the exact distribution they were drawn from (`Tree.proposals`)."""
+
+    def accept(self, tokens: list[int], features: dict, next_token: int) -> None:
+        """The target kept `tokens` (the root, then the accepted drafts) with these features
+        [len(tokens), d], and will continue from `next_token` (the next root)."""
+
+
+class NoDrafter:
+    """Proposes nothing: the speculative loop becomes vanilla decoding."""
+
+    feature_keys: tuple = ()
+
+    def begin(self, prompt_ids, features, sampling) -> None:
+        pass
+
+    def propose(self, root: int, rng: Randomness, max_nodes: int) -> Tree:
+        return Tree(np.asarray([root]), np.asarray([-1]))
+
+    def accept(self, tokens, features, next_token) -> None:
+        pass
