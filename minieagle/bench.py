@@ -71,10 +71,15 @@ def train_flops_per_token(config: LlamaConfig, seq_len: int) -> int:
 
 
 def machine_info() -> dict:
-    """CPU count, the thread variables BLAS reads, and the BLAS numpy was built against."""
+    """CPU count, load, the thread variables BLAS reads, and the BLAS numpy was built against.
+
+    On a shared machine, OpenBLAS threads that outnumber the idle cores wait on each other:
+    OPENBLAS_NUM_THREADS=1 can then be several times faster, so it is reported with the results."""
     info = {"cpu_count": os.cpu_count()}
     if hasattr(os, "sched_getaffinity"):
         info["cpus_usable"] = len(os.sched_getaffinity(0))
+    if hasattr(os, "getloadavg"):  # runnable processes: above cpus_usable, expect noise
+        info["load_average_1min"] = round(os.getloadavg()[0], 2)
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         info[var] = os.environ.get(var, "unset")
     try:
@@ -129,21 +134,19 @@ def heldout_prompts(tokenizer, per_corpus: int = 2, length: int = 32) -> list[tu
 def measure_decode(params, config: LlamaConfig, prompts, *, new_tokens: int, repeats: int) -> dict:
     """Greedy vanilla decoding with the KV cache, `new_tokens` per prompt, end-of-text ignored.
 
-    ms/token is decode time / decode forwards: each forward after the prefill emits one token
-    (the first token comes from the prefill's logits, so it is not a decode forward). One pass over
-    all prompts warms up first; each repeat is one pass over all prompts."""
-    if new_tokens < 2:
-        raise ValueError(f"new_tokens={new_tokens} is below 2; pass a count such as 64")
+    ms/token is decode time / tokens: each cycle of the loop is one target forward of the last
+    token (the root) and emits one token. The prefill covers the prompt but its last token. One
+    pass over all prompts warms up first; each repeat is one pass over all prompts."""
+    if new_tokens < 1:
+        raise ValueError(f"new_tokens={new_tokens} is below 1; pass a count such as 64")
 
     def one_pass():
         seconds = prefill = forwards = flops = 0
         for ids in prompts:
-            result = generate(
-                params, config, ids, max_new_tokens=new_tokens, stop_at_eos=False
-            )
-            decoded = result.target_forwards - 1
-            # decode forward i sees the prompt, the first token and i generated ones
-            flops += sum(forward_flops_per_token(config, len(ids) + 1 + i) for i in range(decoded))
+            result = generate(params, config, ids, max_new_tokens=new_tokens, stop_at_eos=False)
+            decoded = result.target_forwards
+            # forward i feeds the root at position len(ids) - 1 + i, which sees len(ids) + i
+            flops += sum(forward_flops_per_token(config, len(ids) + i) for i in range(decoded))
             seconds += result.decode_seconds
             prefill += result.prefill_seconds
             forwards += decoded
@@ -159,7 +162,7 @@ def measure_decode(params, config: LlamaConfig, prompts, *, new_tokens: int, rep
         "ms_per_token": _spread([r[0] for r in runs]),
         "prefill_ms": _spread([r[1] for r in runs]),
         "gflops": _spread([r[2] for r in runs]),
-        "flops_per_token_at_prompt": forward_flops_per_token(config, int(mean_prompt) + 1),
+        "flops_per_token_at_prompt": forward_flops_per_token(config, round(mean_prompt)),
     }
 
 
@@ -274,8 +277,10 @@ def _print_report(r: dict) -> None:
     for n, entry in peak["by_size"].items():
         print(_row(f"matmul {n}x{n} float32", entry, "GFLOP/s", digits=1))
     print(f"  {'matmul peak (best)':<26} {peak['peak_gflops']:>10.1f} GFLOP/s")
-    print(f"decoding: {dec['prompts']} prompts of ~{dec['mean_prompt_tokens']:.0f} tokens, "
-          f"{dec['new_tokens']} new tokens, greedy, KV cache")
+    print(
+        f"decoding: {dec['prompts']} prompts of ~{dec['mean_prompt_tokens']:.0f} tokens, "
+        f"{dec['new_tokens']} new tokens, greedy, KV cache"
+    )
     print(_row("ms/token", dec["ms_per_token"], "ms"))
     print(_row("prefill", dec["prefill_ms"], "ms"))
     print(_row("achieved", dec["gflops"], "GFLOP/s", digits=3))

@@ -88,8 +88,6 @@ def cmd_demo(args) -> int:
 def cmd_train(args) -> int:
     from minieagle.train import TrainConfig, train
 
-    if args.what != "target":
-        raise SystemExit(f"error: unknown training job {args.what!r}; expected 'target'")
     fields = {
         k: getattr(args, k)
         for k in (
@@ -147,7 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo, max_new_tokens=48)
 
     p = sub.add_parser("train", help="train a model (see docs/training.md)")
-    p.add_argument("what", choices=["target"], help="what to train")
+    p.add_argument("what", choices=["target", "draft-model"],
+                   help="a language model: the target, or the small draft model of classic "
+                   "speculative decoding (same training, another preset)")
     p.add_argument("--preset", help="nano | tiny | small")
     p.add_argument("--out-dir", dest="out_dir", help="run directory (state for resume)")
     p.add_argument("--tokenizer", help="tokenizer.json to use (default: train one)")

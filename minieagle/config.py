@@ -118,6 +118,16 @@ PRESETS: dict[str, LlamaConfig] = {
         num_key_value_heads=2,
         max_position_embeddings=512,
     ),
+    # The shipped draft model of classic speculative decoding: same tokenizer, 2 layers.
+    "small-draft": LlamaConfig(
+        vocab_size=2048,
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    ),
 }
 
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from minieagle import model, tree as trees
+from minieagle import model
+from minieagle import tree as trees
 from minieagle.backend import array_module, to_host
 from minieagle.config import LlamaConfig
 from minieagle.drafters import Drafter, NoDrafter

@@ -8,7 +8,7 @@ that block and drops the rest — the "KV-cache surgery" every speculative metho
 
 from __future__ import annotations
 
-from minieagle.backend import array_module
+from minieagle.backend import array_module, to_device, zeros
 
 
 class KVCache:
@@ -17,11 +17,11 @@ class KVCache:
     def __init__(
         self, num_layers: int, batch: int, num_kv_heads: int, head_dim: int, capacity: int, like
     ):
-        """`like` is any array whose module and dtype the buffers take (e.g. a model weight)."""
-        xp = array_module(like)
+        """`like` is any array whose module, device and dtype the buffers take (e.g. a model
+        weight)."""
         shape = (batch, num_kv_heads, capacity, head_dim)
-        self.keys = [xp.zeros(shape, dtype=like.dtype) for _ in range(num_layers)]
-        self.values = [xp.zeros(shape, dtype=like.dtype) for _ in range(num_layers)]
+        self.keys = [zeros(shape, like=like) for _ in range(num_layers)]
+        self.values = [zeros(shape, like=like) for _ in range(num_layers)]
         self.capacity = capacity
         self.length = 0
 
@@ -48,11 +48,11 @@ class KVCache:
                 f"{self.capacity}; shorten the prompt or max_new_tokens, or raise "
                 "max_position_embeddings"
             )
-        self.keys[layer][:, :, self.length : end] = k
-        self.values[layer][:, :, self.length : end] = v
+        self.keys[layer][:, :, self.length : end, :] = k
+        self.values[layer][:, :, self.length : end, :] = v
         if layer == len(self.keys) - 1:
             self.length = end
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
+        return self.keys[layer][:, :, :end, :], self.values[layer][:, :, :end, :]
 
     def keep(self, start: int, indices) -> None:
         """Keep only positions `start + indices` of the block appended from `start` on, moved to
@@ -60,6 +60,11 @@ class KVCache:
 
         indices: host ints, strictly increasing (a root-to-leaf path of a draft tree is).
         """
+        if not 0 <= start <= self.length:
+            raise ValueError(
+                f"start={start} is outside [0, {self.length}]; pass the cache length from "
+                "before the draft block was appended"
+            )
         indices = [int(i) for i in indices]
         if any(b <= a for a, b in zip(indices, indices[1:], strict=False)):
             raise ValueError(f"indices={indices} must be strictly increasing")
@@ -69,10 +74,10 @@ class KVCache:
                 f"appended since start={start}"
             )
         xp = array_module(self.keys[0])
-        src = xp.asarray([start + i for i in indices], dtype=xp.int64)
+        src = to_device([start + i for i in indices], like=self.keys[0], dtype=xp.int64)  # [n]
         for buffers in (self.keys, self.values):
             for buf in buffers:
-                buf[:, :, start : start + len(indices)] = buf[:, :, src]
+                buf[:, :, start : start + len(indices), :] = xp.take(buf, src, axis=2)
         self.length = start + len(indices)
 
     def crop(self, length: int) -> None:

@@ -3,25 +3,29 @@
 Each layer is `x_forward(...) -> (out, cache)` and `x_backward(dout, cache) -> grads`, the grads
 returned fresh (nothing accumulates in hidden state). Shapes use B = batch, T = new positions,
 S = attended positions (cache + new), d = hidden size, H = query heads, Hkv = key/value heads,
-G = H // Hkv, hd = head dim, V = vocabulary. Array module comes from the inputs (NumPy or CuPy).
+G = H // Hkv, hd = head dim, V = vocabulary. The array module comes from the inputs (NumPy, CuPy,
+or any array-API namespace), and every call goes through it: `xp.sum(x, axis=-1)`, not `x.sum(-1)`.
 """
 
 from __future__ import annotations
 
-from minieagle.backend import array_module, scatter_add_rows
+from minieagle.backend import arange, array_module, scatter_add_rows
 
 # ---------------------------------------------------------------------------- embedding
 
 
 def embedding_forward(weight, ids):
     """Row lookup. weight [V, d], ids int [B, T] -> out [B, T, d]."""
-    return weight[ids], (ids, weight.shape)
+    xp = array_module(weight)
+    rows = xp.take(weight, xp.reshape(ids, (-1,)), axis=0)  # [B*T, d]
+    return xp.reshape(rows, (*ids.shape, weight.shape[1])), (ids, weight.shape)
 
 
 def embedding_backward(dout, cache):
     """dout [B, T, d] -> dweight [V, d] (rows of repeated ids add up)."""
     ids, shape = cache
-    return scatter_add_rows(shape, ids.reshape(-1), dout.reshape(-1, shape[1]))
+    xp = array_module(dout)
+    return scatter_add_rows(shape, xp.reshape(ids, (-1,)), xp.reshape(dout, (-1, shape[1])))
 
 
 # ---------------------------------------------------------------------------- linear
@@ -35,8 +39,10 @@ def linear_forward(x, weight):
 def linear_backward(dout, cache):
     """dout [..., out] -> (dx [..., in], dweight [out, in])."""
     x, weight = cache
+    xp = array_module(dout)
     dx = dout @ weight  # [..., out] @ [out, in] -> [..., in]
-    dweight = dout.reshape(-1, dout.shape[-1]).T @ x.reshape(-1, x.shape[-1])  # [out, in]
+    dout_rows = xp.reshape(dout, (-1, dout.shape[-1]))  # [N, out]
+    dweight = dout_rows.T @ xp.reshape(x, (-1, x.shape[-1]))  # [out, N] @ [N, in] -> [out, in]
     return dx, dweight
 
 
@@ -54,11 +60,12 @@ def rmsnorm_forward(x, weight, eps):
 def rmsnorm_backward(dout, cache):
     """dout [..., d] -> (dx [..., d], dweight [d])."""
     normed, inv_rms, weight = cache
+    xp = array_module(dout)
     d = normed.shape[-1]
-    dweight = (dout * normed).reshape(-1, d).sum(axis=0)  # [d]
+    dweight = xp.sum(xp.reshape(dout * normed, (-1, d)), axis=0)  # [d]
     dnormed = dout * weight  # [..., d]
     # normed = x * r with r = mean(x^2)^-1/2: dx = r * (dn - normed * mean(dn * normed))
-    dx = inv_rms * (dnormed - normed * (dnormed * normed).mean(axis=-1, keepdims=True))
+    dx = inv_rms * (dnormed - normed * xp.mean(dnormed * normed, axis=-1, keepdims=True))
     return dx, dweight
 
 
@@ -69,16 +76,17 @@ def rope_tables(position_ids, head_dim: int, theta: float, dtype):
     """cos, sin [..., T, hd] for integer positions [..., T] (HF rotate-half layout: the frequency
     vector is repeated twice, not interleaved)."""
     xp = array_module(position_ids)
-    inv_freq = 1.0 / theta ** (xp.arange(0, head_dim, 2, dtype=xp.float64) / head_dim)  # [hd/2]
-    angles = position_ids[..., None].astype(xp.float64) * inv_freq  # [..., T, hd/2]
-    angles = xp.concatenate([angles, angles], axis=-1)  # [..., T, hd]
-    return xp.cos(angles).astype(dtype), xp.sin(angles).astype(dtype)
+    exponents = arange(0, head_dim, 2, like=position_ids, dtype=xp.float64) / head_dim  # [hd/2]
+    inv_freq = 1.0 / theta**exponents  # [hd/2]
+    angles = xp.astype(position_ids[..., None], xp.float64) * inv_freq  # [..., T, hd/2]
+    angles = xp.concat([angles, angles], axis=-1)  # [..., T, hd]
+    return xp.astype(xp.cos(angles), dtype), xp.astype(xp.sin(angles), dtype)
 
 
 def _rotate_half(x):
     xp = array_module(x)
     half = x.shape[-1] // 2
-    return xp.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return xp.concat([-x[..., half:], x[..., :half]], axis=-1)
 
 
 def rope_forward(x, cos, sin):
@@ -105,28 +113,31 @@ def attention_forward(q, k, v, mask):
     xp = array_module(q)
     B, H, T, hd = q.shape
     Hkv = k.shape[1]
-    qg = q.reshape(B, Hkv, H // Hkv, T, hd)  # [B, Hkv, G, T, hd]
+    qg = xp.reshape(q, (B, Hkv, H // Hkv, T, hd))  # [B, Hkv, G, T, hd]
+    kg, vg = k[:, :, None, :, :], v[:, :, None, :, :]  # [B, Hkv, 1, S, hd]
     scale = 1.0 / hd**0.5
-    scores = (qg @ k[:, :, None].swapaxes(-1, -2)) * scale  # [B, Hkv, G, T, S]
+    scores = (qg @ xp.matrix_transpose(kg)) * scale  # [B, Hkv, G, T, S]
     scores = xp.where(mask, scores, -xp.inf)
-    scores = scores - scores.max(axis=-1, keepdims=True)
+    scores = scores - xp.max(scores, axis=-1, keepdims=True)
     probs = xp.exp(scores)
-    probs /= probs.sum(axis=-1, keepdims=True)  # [B, Hkv, G, T, S]
-    out = probs @ v[:, :, None]  # [B, Hkv, G, T, hd]
-    return out.reshape(B, H, T, hd), (qg, k, v, probs, scale)
+    probs /= xp.sum(probs, axis=-1, keepdims=True)  # [B, Hkv, G, T, S]
+    out = probs @ vg  # [B, Hkv, G, T, hd]
+    return xp.reshape(out, (B, H, T, hd)), (qg, k, v, probs, scale)
 
 
 def attention_backward(dout, cache):
     """dout [B, H, T, hd] -> (dq [B, H, T, hd], dk [B, Hkv, S, hd], dv [B, Hkv, S, hd])."""
     qg, k, v, probs, scale = cache
-    dout = dout.reshape(qg.shape)  # [B, Hkv, G, T, hd]
-    dv = (probs.swapaxes(-1, -2) @ dout).sum(axis=2)  # [B, Hkv, S, hd]
-    dprobs = dout @ v[:, :, None].swapaxes(-1, -2)  # [B, Hkv, G, T, S]
-    dscores = probs * (dprobs - (dprobs * probs).sum(axis=-1, keepdims=True))
-    dq = (dscores @ k[:, :, None]) * scale  # [B, Hkv, G, T, hd]
-    dk = (dscores.swapaxes(-1, -2) @ qg).sum(axis=2) * scale  # [B, Hkv, S, hd]
+    xp = array_module(dout)
+    dout = xp.reshape(dout, qg.shape)  # [B, Hkv, G, T, hd]
+    kg, vg = k[:, :, None, :, :], v[:, :, None, :, :]  # [B, Hkv, 1, S, hd]
+    dv = xp.sum(xp.matrix_transpose(probs) @ dout, axis=2)  # [B, Hkv, S, hd]
+    dprobs = dout @ xp.matrix_transpose(vg)  # [B, Hkv, G, T, S]
+    dscores = probs * (dprobs - xp.sum(dprobs * probs, axis=-1, keepdims=True))
+    dq = (dscores @ kg) * scale  # [B, Hkv, G, T, hd]
+    dk = xp.sum(xp.matrix_transpose(dscores) @ qg, axis=2) * scale  # [B, Hkv, S, hd]
     B, Hkv, G, T, hd = qg.shape
-    return dq.reshape(B, Hkv * G, T, hd), dk, dv
+    return xp.reshape(dq, (B, Hkv * G, T, hd)), dk, dv
 
 
 # ---------------------------------------------------------------------------- SwiGLU
@@ -153,8 +164,8 @@ def swiglu_backward(dout, cache):
 def log_softmax(logits):
     """Numerically stable log-softmax over the last axis."""
     xp = array_module(logits)
-    shifted = logits - logits.max(axis=-1, keepdims=True)
-    return shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))
+    shifted = logits - xp.max(logits, axis=-1, keepdims=True)
+    return shifted - xp.log(xp.sum(xp.exp(shifted), axis=-1, keepdims=True))
 
 
 def cross_entropy_forward(logits, targets, ignore_index: int = -100):
@@ -165,17 +176,18 @@ def cross_entropy_forward(logits, targets, ignore_index: int = -100):
     xp = array_module(logits)
     logp = log_softmax(logits)  # [N, V]
     valid = targets != ignore_index  # [N]
-    count = max(int(valid.sum()), 1)
+    count = max(int(xp.count_nonzero(valid)), 1)  # a host int: one scalar sync on a device
     safe = xp.where(valid, targets, 0)
     picked = xp.take_along_axis(logp, safe[:, None], axis=-1)[:, 0]  # [N]
-    loss = -(picked * valid).sum() / count
+    loss = -xp.sum(xp.where(valid, picked, 0.0)) / count
     return loss, (logp, safe, valid, count)
 
 
 def cross_entropy_backward(dloss, cache):
-    """dloss scalar -> dlogits [N, V] = (softmax - onehot) * valid / count."""
+    """dloss scalar -> dlogits [N, V] = (softmax - onehot) * valid / count, in the logits' dtype."""
     logp, safe, valid, count = cache
     xp = array_module(logp)
-    dlogits = xp.exp(logp)
-    dlogits[xp.arange(safe.shape[0]), safe] -= 1.0
-    return dlogits * (valid[:, None] * (dloss / count))
+    one_hot = safe[:, None] == arange(logp.shape[-1], like=safe)[None, :]  # [N, V] bool
+    dlogits = xp.exp(logp) - xp.astype(one_hot, logp.dtype)  # [N, V]
+    row_weight = xp.astype(valid, logp.dtype) * (dloss / count)  # [N]
+    return dlogits * row_weight[:, None]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from minieagle import layers
-from minieagle.backend import array_module
+from minieagle.backend import arange, array_module
 from minieagle.config import LlamaConfig
 
 
@@ -60,29 +60,55 @@ def init_params(config: LlamaConfig, seed: int = 0, dtype=np.float32) -> dict[st
 # ---------------------------------------------------------------------------- forward
 
 
-def causal_mask(past: int, new: int, xp=np):
-    """bool [new, past + new]: position past + i sees everything up to itself."""
-    return xp.arange(past + new)[None, :] <= (past + xp.arange(new))[:, None]
+def causal_mask(past: int, new: int, xp=np, *, like=None):
+    """bool [new, past + new]: position past + i sees everything up to itself.
+
+    Made with module `xp`, or on the module and device of the array `like` when given."""
+    if like is None:
+        like = xp.zeros(0)
+    key_positions = arange(past + new, like=like)  # [S]
+    query_positions = past + arange(new, like=like)  # [T]
+    return key_positions[None, :] <= query_positions[:, None]
 
 
 def _check_inputs(config: LlamaConfig, input_ids, position_ids, past: int) -> None:
+    """Host-side checks; on a device each int(...) below is one explicit scalar sync."""
     T = input_ids.shape[-1]
     if T == 0:
         raise ValueError("input_ids is empty; pass at least one token id")
-    low, high = int(input_ids.min()), int(input_ids.max())
+    xp = array_module(input_ids)
+    low, high = int(xp.min(input_ids)), int(xp.max(input_ids))
     if low < 0 or high >= config.vocab_size:
         bad = low if low < 0 else high
         raise ValueError(
             f"token id {bad} is outside [0, vocab_size={config.vocab_size}); encode text with "
             "the tokenizer saved beside this model"
         )
-    top = int(position_ids.max()) if position_ids is not None else past + T - 1
+    if position_ids is None:
+        top = past + T - 1
+    else:
+        top = int(array_module(position_ids).max(position_ids))
     if top >= config.max_position_embeddings or past + T > config.max_position_embeddings:
         raise ValueError(
             f"sequence of {past} cached + {T} new tokens (largest position {top}) exceeds "
             f"max_position_embeddings={config.max_position_embeddings}; shorten the prompt or "
             "generate fewer tokens"
         )
+
+
+def _split_heads(x, heads: int):
+    """[B, T, heads * hd] -> [B, heads, T, hd]."""
+    xp = array_module(x)
+    B, T, width = x.shape
+    per_head = xp.reshape(x, (B, T, heads, width // heads))  # [B, T, heads, hd]
+    return xp.permute_dims(per_head, (0, 2, 1, 3))  # [B, heads, T, hd]
+
+
+def _merge_heads(x):
+    """[B, heads, T, hd] -> [B, T, heads * hd]; the inverse of `_split_heads`."""
+    xp = array_module(x)
+    B, heads, T, hd = x.shape
+    return xp.reshape(xp.permute_dims(x, (0, 2, 1, 3)), (B, T, heads * hd))
 
 
 def decoder_layer_forward(
@@ -92,22 +118,21 @@ def decoder_layer_forward(
 
     h = x + o_proj(attention(rope(q), rope(k), v));  out = h + down(silu(gate(n)) * up(n)),
     with n = RMSNorm(h) and the attention input RMSNorm(x)."""
-    B, T, d = x.shape
-    H, Hkv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    H, Hkv = config.num_attention_heads, config.num_key_value_heads
     p = prefix
     n1, c_n1 = layers.rmsnorm_forward(x, params[p + "input_layernorm.weight"], config.rms_norm_eps)
     q, c_q = layers.linear_forward(n1, params[p + "self_attn.q_proj.weight"])  # [B, T, H*hd]
     k, c_k = layers.linear_forward(n1, params[p + "self_attn.k_proj.weight"])  # [B, T, Hkv*hd]
     v, c_v = layers.linear_forward(n1, params[p + "self_attn.v_proj.weight"])
-    q = q.reshape(B, T, H, hd).transpose(0, 2, 1, 3)  # [B, H, T, hd]
-    k = k.reshape(B, T, Hkv, hd).transpose(0, 2, 1, 3)  # [B, Hkv, T, hd]
-    v = v.reshape(B, T, Hkv, hd).transpose(0, 2, 1, 3)
+    q = _split_heads(q, H)  # [B, H, T, hd]
+    k = _split_heads(k, Hkv)  # [B, Hkv, T, hd]
+    v = _split_heads(v, Hkv)
     q, c_rq = layers.rope_forward(q, cos, sin)
     k, c_rk = layers.rope_forward(k, cos, sin)
     if cache is not None:
         k, v = cache.append(layer, k, v)  # [B, Hkv, S, hd]
     a, c_att = layers.attention_forward(q, k, v, mask)  # [B, H, T, hd]
-    a = a.transpose(0, 2, 1, 3).reshape(B, T, H * hd)  # [B, T, H*hd]
+    a = _merge_heads(a)  # [B, T, H*hd]
     o, c_o = layers.linear_forward(a, params[p + "self_attn.o_proj.weight"])  # [B, T, d]
     h = x + o
     n2, c_n2 = layers.rmsnorm_forward(
@@ -123,8 +148,6 @@ def decoder_layer_forward(
 def decoder_layer_backward(dout, cache, prefix: str, config: LlamaConfig):
     """dout [B, T, d] -> (dx [B, T, d], {name: grad})."""
     c_n1, c_q, c_k, c_v, c_rq, c_rk, c_att, c_o, c_n2, c_g, c_u, c_m, c_d = cache
-    B, T, _ = dout.shape
-    H, Hkv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
     p, grads = prefix, {}
     dm, grads[p + "mlp.down_proj.weight"] = layers.linear_backward(dout, c_d)
     dg, du = layers.swiglu_backward(dm, c_m)
@@ -135,13 +158,13 @@ def decoder_layer_backward(dout, cache, prefix: str, config: LlamaConfig):
     )
     dh = dout + dh_n
     da, grads[p + "self_attn.o_proj.weight"] = layers.linear_backward(dh, c_o)
-    da = da.reshape(B, T, H, hd).transpose(0, 2, 1, 3)  # [B, H, T, hd]
+    da = _split_heads(da, config.num_attention_heads)  # [B, H, T, hd]
     dq, dk, dv = layers.attention_backward(da, c_att)
     dq = layers.rope_backward(dq, c_rq)
     dk = layers.rope_backward(dk, c_rk)
-    dq = dq.transpose(0, 2, 1, 3).reshape(B, T, H * hd)
-    dk = dk.transpose(0, 2, 1, 3).reshape(B, T, Hkv * hd)
-    dv = dv.transpose(0, 2, 1, 3).reshape(B, T, Hkv * hd)
+    dq = _merge_heads(dq)  # [B, T, H*hd]
+    dk = _merge_heads(dk)  # [B, T, Hkv*hd]
+    dv = _merge_heads(dv)
     dn1_q, grads[p + "self_attn.q_proj.weight"] = layers.linear_backward(dq, c_q)
     dn1_k, grads[p + "self_attn.k_proj.weight"] = layers.linear_backward(dk, c_k)
     dn1_v, grads[p + "self_attn.v_proj.weight"] = layers.linear_backward(dv, c_v)
@@ -175,16 +198,16 @@ def forward(
     Returns (logits [.., T, V], hidden {key: [.., T, d]}, caches or None); the batch axis is
     present iff it was in input_ids.
     """
-    xp = array_module(params["model.embed_tokens.weight"])
+    embed = params["model.embed_tokens.weight"]
     batched = input_ids.ndim == 2
     ids = input_ids if batched else input_ids[None, :]  # [B, T]
     past = cache.length if cache is not None else 0
     _check_inputs(config, ids, position_ids, past)
     T = ids.shape[1]
     if position_ids is None:
-        position_ids = past + xp.arange(T)
+        position_ids = past + arange(T, like=embed)
     if attention_mask is None:
-        attention_mask = causal_mask(past, T, xp)
+        attention_mask = causal_mask(past, T, like=embed)
     elif tuple(attention_mask.shape) != (T, past + T):
         raise ValueError(
             f"attention_mask has shape {tuple(attention_mask.shape)}; expected "
@@ -196,7 +219,6 @@ def forward(
                 f"output_hidden key {key!r} must be 'final' or an int in "
                 f"[0, {config.num_hidden_layers}]"
             )
-    embed = params["model.embed_tokens.weight"]
     cos, sin = layers.rope_tables(position_ids, config.head_dim, config.rope_theta, embed.dtype)
     x, c_emb = layers.embedding_forward(embed, ids)  # [B, T, d]
     hidden, layer_caches = {}, []
@@ -215,8 +237,8 @@ def forward(
         hidden["final"] = final
     logits, c_head = layers.linear_forward(final, lm_head_weight(params))  # [B, T, V]
     if not batched:
-        logits = logits[0]
-        hidden = {key: value[0] for key, value in hidden.items()}
+        logits = logits[0, ...]  # [T, V]
+        hidden = {key: value[0, ...] for key, value in hidden.items()}
     caches = (c_emb, layer_caches, c_norm, c_head) if keep_caches else None
     return logits, hidden, caches
 
@@ -246,7 +268,9 @@ def loss_and_grads(params, config: LlamaConfig, input_ids, targets):
     """Mean next-token cross-entropy and its gradients. input_ids, targets int [B, T]
     (targets = -100 where ignored). Returns (loss float, {name: grad})."""
     logits, _, caches = forward(params, config, input_ids, keep_caches=True)
+    xp = array_module(logits)
     B, T, V = logits.shape
-    loss, c_loss = layers.cross_entropy_forward(logits.reshape(B * T, V), targets.reshape(-1))
-    dlogits = layers.cross_entropy_backward(1.0, c_loss).reshape(B, T, V)
+    flat_logits = xp.reshape(logits, (B * T, V))  # [B*T, V]
+    loss, c_loss = layers.cross_entropy_forward(flat_logits, xp.reshape(targets, (-1,)))
+    dlogits = xp.reshape(layers.cross_entropy_backward(1.0, c_loss), (B, T, V))
     return float(loss), backward(dlogits, caches, config)

@@ -88,7 +88,7 @@ def clip_grad_norm(grads: dict, max_norm: float) -> float:
     before clipping (as a host float)."""
     total = 0.0
     for g in grads.values():
-        total += float((g * g).sum())
+        total += float(array_module(g).sum(g * g))  # one explicit scalar sync per tensor
     norm = math.sqrt(total)
     if max_norm > 0 and norm > max_norm:
         scale = max_norm / (norm + 1e-6)

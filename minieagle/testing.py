@@ -10,6 +10,14 @@ point them at a student's verifier:
 
     verify_fn(tree: Tree, target_probs: float64 [N, V], rng: Randomness) -> Verdict
     (Verdict has .accepted: list of non-root node indices, .next_token: int)
+
+`one_cycle_law` / `speculative_law` give the exact law of the tokens one cycle / repeated cycles
+emit, `autoregressive_law` the target's; `assert_lossless` (one cycle) and
+`assert_lossless_multi_cycle` compare them. Trees come from a `make_tree(context, rng)` drafter:
+`make_topk_tree` (deterministic picks, EAGLE-2/3) and `make_sampled_tree` (with replacement,
+SpecInfer; without, EAGLE-1) build one from any draft distribution, drawing through the enumerated
+rng so the drafting randomness is part of the law. `tv_bound` is the non-flaky threshold for a
+Monte Carlo test of the real sampler.
 """
 
 from __future__ import annotations
@@ -118,11 +126,7 @@ def one_cycle_law(
     """
 
     def run(rng):
-        tree = make_tree(context, rng)
-        paths = [_node_context(tree, context, node) for node in range(len(tree))]
-        target_probs = np.stack([next_dist(c) for c in paths])
-        verdict = verify_fn(tree, target_probs, rng)
-        emitted = [int(tree.tokens[n]) for n in verdict.accepted] + [int(verdict.next_token)]
+        emitted = _cycle(verify_fn, next_dist, make_tree, context, rng)
         while len(emitted) < k:
             emitted.append(int(rng.draw(next_dist(context + tuple(emitted)))))
         return tuple(emitted[:k])
@@ -130,13 +134,53 @@ def one_cycle_law(
     return exact_distribution(run)
 
 
-def _node_context(tree: Tree, context: tuple, node: int) -> tuple:
-    """The sequence the target has seen at `node`: the context (ending in the root) + the path."""
-    tokens, path = [], node
-    while path != 0:
-        tokens.append(int(tree.tokens[path]))
-        path = int(tree.parents[path])
-    return context + tuple(tokens[::-1])
+def speculative_law(
+    verify_fn: Callable, next_dist: Callable, make_tree: Callable, context: tuple, k: int
+) -> dict[tuple, float]:
+    """Exact law of the first k tokens when speculative cycles repeat until k are emitted.
+
+    Each cycle drafts a tree from the context so far (its root is the last token), verifies it and
+    appends what was accepted plus the next token; nothing is sampled outside the cycles. This is
+    the multi-cycle check: a verifier that leaks information from one cycle into the next (or a
+    drafter that is told the wrong context) shows up here and not in `one_cycle_law`.
+    """
+
+    def run(rng):
+        emitted: list[int] = []
+        while len(emitted) < k:
+            emitted += _cycle(verify_fn, next_dist, make_tree, context + tuple(emitted), rng)
+        return tuple(emitted[:k])
+
+    return exact_distribution(run)
+
+
+def _cycle(verify_fn, next_dist, make_tree, context: tuple, rng) -> list[int]:
+    """One draft-verify cycle: the tokens it emits (accepted drafts, then the next token)."""
+    tree = make_tree(context, rng)
+    if int(tree.tokens[0]) != context[-1]:
+        raise ValueError(
+            f"make_tree returned root token {int(tree.tokens[0])} for a context ending in "
+            f"{context[-1]}; the root (node 0) must be the last token of the context"
+        )
+    target_probs = _target_rows(tree, context, next_dist)  # [N, V]
+    verdict = verify_fn(tree, target_probs, rng)
+    return [int(tree.tokens[n]) for n in verdict.accepted] + [int(verdict.next_token)]
+
+
+def _target_rows(tree: Tree, context: tuple, next_dist: Callable) -> np.ndarray:
+    """float64 [N, V]: row i = next_dist(context + path to node i). A padding slot (token < 0)
+    and everything under it has no sequence; it gets its parent's row, which no verifier reads."""
+    rows: list[np.ndarray] = []
+    padded = [False] * len(tree)
+    for node in range(len(tree)):
+        parent = int(tree.parents[node])
+        padded[node] = node > 0 and (tree.tokens[node] < 0 or padded[parent])
+        if padded[node]:
+            rows.append(rows[parent])
+        else:
+            sequence = _path_context(context, tree.tokens, tree.parents, node)
+            rows.append(np.asarray(next_dist(sequence), dtype=np.float64))
+    return np.stack(rows)
 
 
 def assert_lossless(
@@ -150,7 +194,24 @@ def assert_lossless(
     """Raise AssertionError unless one cycle of `verify_fn` on `make_tree`'s trees emits exactly
     the target's autoregressive law of k tokens. Returns the total-variation distance."""
     got = one_cycle_law(verify_fn, next_dist, make_tree, context, k)
-    want = autoregressive_law(next_dist, context, k)
+    return _assert_same_law(got, autoregressive_law(next_dist, context, k), tol)
+
+
+def assert_lossless_multi_cycle(
+    verify_fn: Callable,
+    next_dist: Callable,
+    make_tree: Callable,
+    context: tuple,
+    k: int,
+    tol: float = 1e-12,
+) -> float:
+    """`assert_lossless` for repeated cycles (`speculative_law`): the k tokens of as many cycles
+    as it takes must follow the target's autoregressive law. Returns the TV distance."""
+    got = speculative_law(verify_fn, next_dist, make_tree, context, k)
+    return _assert_same_law(got, autoregressive_law(next_dist, context, k), tol)
+
+
+def _assert_same_law(got: dict, want: dict, tol: float) -> float:
     tv = total_variation(got, want)
     if tv > tol:
         worst = max(set(got) | set(want), key=lambda s: abs(got.get(s, 0) - want.get(s, 0)))
@@ -159,6 +220,107 @@ def assert_lossless(
             f"probability {got.get(worst, 0.0):.6f} but the target gives {want.get(worst, 0.0):.6f}"
         )
     return tv
+
+
+# ---------------------------------------------------------------------------- reusable drafters
+
+
+def make_topk_tree(draft_dist: Callable, shape) -> Callable:
+    """A drafter of deterministic trees (EAGLE-2/3 style): each node's children are the top-b
+    tokens of draft_dist(context + path) (lowest id on ties), with proposal None.
+
+    draft_dist(context) -> float64 [V]. shape: branching factors per depth, e.g. [2, 1] (the root
+    gets 2 children, each of those 1), or a parents array starting with -1, e.g. [-1, 0, 0, 1].
+    A node asking for more children than V gets padding slots (token -1).
+    Returns make_tree(context, rng) -> Tree for `one_cycle_law` and friends.
+    """
+    parents = _parents_from_shape(shape)
+
+    def make_tree(context: tuple, rng) -> Tree:
+        tokens = [context[-1]]
+        for node in range(1, len(parents)):
+            parent = int(parents[node])
+            rank = sum(1 for j in range(1, node) if parents[j] == parent)
+            if tokens[parent] < 0:
+                tokens.append(-1)
+                continue
+            q = np.asarray(draft_dist(_path_context(context, tokens, parents, parent)))
+            order = np.argsort(-q, kind="stable")  # [V] most probable first, lowest id on ties
+            tokens.append(int(order[rank]) if rank < len(order) else -1)
+        return Tree(np.asarray(tokens), parents)
+
+    return make_tree
+
+
+def make_sampled_tree(draft_dist: Callable, shape, without_replacement: bool) -> Callable:
+    """A drafter of sampled trees: each node's children are drawn with `rng.draw` from
+    q = draft_dist(context + path), so the drafting randomness is enumerated with the rest.
+
+    without_replacement=False: siblings are i.i.d. from q (SpecInfer); each carries q.
+    without_replacement=True: sibling j is drawn from q with the tokens of siblings 1..j-1 zeroed
+    and renormalised (EAGLE-1 at T > 0), and carries that conditional distribution. When no mass
+    is left the slot becomes padding (token -1, proposal None), as do its descendants.
+    shape: as in `make_topk_tree`. Returns make_tree(context, rng) -> Tree.
+    """
+    parents = _parents_from_shape(shape)
+
+    def make_tree(context: tuple, rng) -> Tree:
+        tokens, proposals = [context[-1]], [None]
+        for node in range(1, len(parents)):
+            parent = int(parents[node])
+            if tokens[parent] < 0:
+                tokens.append(-1)
+                proposals.append(None)
+                continue
+            q = np.array(draft_dist(_path_context(context, tokens, parents, parent)), np.float64)
+            if without_replacement:
+                for sibling in range(1, node):
+                    if parents[sibling] == parent and tokens[sibling] >= 0:
+                        q[tokens[sibling]] = 0.0
+                if q.sum() <= 0:
+                    tokens.append(-1)
+                    proposals.append(None)
+                    continue
+                q /= q.sum()
+            tokens.append(int(rng.draw(q)))
+            proposals.append(q)
+        return Tree(np.asarray(tokens), parents, tuple(proposals))
+
+    return make_tree
+
+
+def _parents_from_shape(shape) -> np.ndarray:
+    """int [N]: a parents array given as is (leading -1), or built breadth-first from branching
+    factors per depth."""
+    shape = [int(s) for s in shape]
+    if shape and shape[0] == -1:
+        parents = np.asarray(shape, dtype=np.int64)
+        Tree(np.zeros(len(parents), dtype=np.int64), parents)  # validates the parents
+        return parents
+    if any(b < 1 for b in shape):
+        raise ValueError(
+            f"shape={shape} has a branching factor below 1; give children per node per depth, "
+            "e.g. [2, 1], or a parents array starting with -1"
+        )
+    parents, frontier = [-1], [0]
+    for branching in shape:
+        grown = []
+        for node in frontier:
+            for _ in range(branching):
+                parents.append(node)
+                grown.append(len(parents) - 1)
+        frontier = grown
+    return np.asarray(parents, dtype=np.int64)
+
+
+def _path_context(context: tuple, tokens, parents, node: int) -> tuple:
+    """The sequence the target has seen at `node`: the context (ending in the root), then the
+    drafted tokens from the root's child down to `node`."""
+    path = []
+    while node != 0:
+        path.append(int(tokens[node]))
+        node = int(parents[node])
+    return context + tuple(path[::-1])
 
 
 def tv_bound(vocab: int, samples: int, delta: float = 1e-9) -> float:

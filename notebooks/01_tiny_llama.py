@@ -16,6 +16,7 @@ import numpy as np
 
 import minieagle
 from minieagle import layers, model
+from minieagle import tree as trees
 from minieagle.checkpoint import load_checkpoint
 from minieagle.cli import DEFAULT_MODEL
 from minieagle.config import preset
@@ -32,8 +33,9 @@ print(f"{sum(p.size for p in params.values()) / 1e6:.2f}M parameters")
 
 
 def show(token_id):
-    """A token as readable text (its bytes, decoded; special tokens by name)."""
-    return tokenizer.token_bytes(int(token_id)).decode("utf-8", errors="replace")
+    """A token as readable text: bytes decoded, spaces as ·, newlines as \\n."""
+    text = tokenizer.token_bytes(int(token_id)).decode("utf-8", errors="replace")
+    return text.replace(" ", "·").replace("\n", "\\n")
 
 
 # %% [markdown]
@@ -133,7 +135,7 @@ plt.show()
 probs = np.exp(layers.log_softmax(logits[-1]))  # [V]
 print(f"after {tokenizer.decode(prompt_ids)!r} the model expects:")
 for token in np.argsort(-probs)[:5]:
-    print(f"  {show(token)!r:>12}  p = {probs[token]:.3f}")
+    print(f"  {show(token):>12}  p = {probs[token]:.3f}")
 
 # %% [markdown]
 # ## 4. The KV cache
@@ -151,10 +153,10 @@ rows = [step_logits[-1]]
 for t in range(split, T):
     step_logits, _, _ = model.forward(params, config, ids[t : t + 1], cache=cache)  # [1, V]
     rows.append(step_logits[-1])
-    print(f"fed {show(ids[t])!r}: cache.length = {cache.length}")
-cached_diff = np.abs(np.stack(rows[:-1]) - logits[split - 1 : T - 1]).max()
+    print(f"fed {show(ids[t])}: cache.length = {cache.length}")
+cached_diff = np.abs(np.stack(rows) - logits[split - 1 :]).max()  # [5, V] vs the same rows
 print("cached vs full forward: max |diff| =", cached_diff)
-assert cached_diff < 1e-12 and np.abs(rows[-1] - logits[-1]).max() < 1e-12
+assert cached_diff < 1e-12
 
 n_new = 12 if FAST else 64
 for sampling in (SamplingParams(), SamplingParams(temperature=0.8, top_p=0.95)):
@@ -167,73 +169,71 @@ for sampling in (SamplingParams(), SamplingParams(temperature=0.8, top_p=0.95)):
 # %% [markdown]
 # ## 5. A tree attention mask
 #
-# Speculative decoding verifies many guesses in **one** forward. The guesses form a tree: a root,
-# two children, two grandchildren under each child. Every node attends to the whole cached prompt
-# and to its own ancestors, nothing else; its position id is the prompt length plus its depth.
-# Then the logits of each node equal those of a plain forward over prompt + root-to-node path.
+# Speculative decoding checks many guesses in **one** target forward. The guesses form a tree
+# (`minieagle.tree.Tree`: tokens and parent indices). Node 0, the *root*, is the last token we
+# already have, not yet in the cache; below it hang the guesses: two children, and two
+# grandchildren under each (here simply the target's own top-2, any tokens would do). A node may
+# attend to the whole cache and to its ancestors, nothing else, and sits at position
+# `cached + depth`. Then each node's logits equal those of a plain forward over the prompt
+# followed by the node's root-to-node path.
+
 
 # %%
-parents = [-1, 0, 0, 1, 1, 2, 2]  # node -> parent (-1: the root hangs off the prompt)
+def top2(context):
+    """The target's two most likely next tokens after `context`."""
+    logits_last = model.forward(params, config, np.asarray(context))[0][-1]  # [V]
+    return [int(t) for t in np.argsort(-logits_last)[:2]]
 
 
-def path_to(node):
-    """The nodes from the root down to `node`, inclusive."""
-    return [] if node < 0 else path_to(parents[node]) + [node]
+first, second = top2(prompt_ids)
+draft = trees.Tree(
+    tokens=np.asarray(
+        [prompt_ids[-1], first, second, *top2(prompt_ids + [first]), *top2(prompt_ids + [second])]
+    ),
+    parents=np.asarray([-1, 0, 0, 1, 1, 2, 2]),
+)
+N, past = len(draft), T - 1  # the cache holds the prompt up to, not including, the root
+tree_mask = trees.attention_mask(draft, past)  # [N, past + N] bool
+positions = trees.position_ids(draft, past)  # [N] = past + depth
 
-
-tree_tokens = []
-for node, parent in enumerate(parents):  # node = the target's j-th guess after its parent
-    j = [n for n, p in enumerate(parents) if p == parent].index(node)
-    context = prompt_ids + [tree_tokens[a] for a in path_to(parent)]
-    guesses = np.argsort(-model.forward(params, config, np.asarray(context))[0][-1])  # [V]
-    tree_tokens.append(int(guesses[j]))
-N, past = len(parents), T
-depth = np.asarray([len(path_to(n)) - 1 for n in range(N)])  # [N]
-tree_mask = np.zeros((N, past + N), dtype=bool)  # [N new, past cached + N new]
-tree_mask[:, :past] = True
-for n in range(N):
-    tree_mask[n, [past + a for a in path_to(n)]] = True
-
-shown = 6  # the last few prompt columns are enough to see the pattern
+shown = 6  # the last few cached columns are enough to see the pattern
 plt.figure(figsize=(7, 4))
 plt.imshow(tree_mask[:, past - shown :], cmap="Greys")
-plt.xticks(range(shown + N), labels[-shown:] + [show(t) for t in tree_tokens], rotation=90)
-plt.yticks(range(N), [f"{n}: {show(t)!r} (depth {depth[n]})" for n, t in enumerate(tree_tokens)])
-plt.title("tree mask (black = may attend)")
+node_labels = [show(t) for t in draft.tokens]
+plt.xticks(range(shown + N), labels[past - shown : past] + node_labels, rotation=90)
+plt.yticks(range(N), [f"{n}: {t} @ {positions[n]}" for n, t in enumerate(node_labels)])
+plt.axvline(shown - 0.5, color="tab:red")  # left: the cache, right: the tree
+plt.title("tree mask (black = may attend), rows: node: token @ position")
 plt.tight_layout()
 plt.show()
 
-cache = KVCache.for_model(config, params, capacity=past + N)
-model.forward(params, config, ids, cache=cache)  # prefill the prompt
+cache = KVCache.for_model(config, params, capacity=T + N)
+model.forward(params, config, ids[:-1], cache=cache)  # prefill: everything but the root
 tree_logits, _, _ = model.forward(
-    params,
-    config,
-    np.asarray(tree_tokens),
-    position_ids=past + depth,
-    attention_mask=tree_mask,
-    cache=cache,
+    params, config, draft.tokens, position_ids=positions, attention_mask=tree_mask, cache=cache
 )  # [N, V]: all seven nodes in one forward
 for n in range(N):
-    path = prompt_ids + [tree_tokens[a] for a in path_to(n)]
+    path = prompt_ids[:-1] + draft.tokens[trees.path_to(draft, n)].tolist()
     plain = model.forward(params, config, np.asarray(path))[0][-1]  # [V]
     assert np.abs(tree_logits[n] - plain).max() < 1e-12, n
 print(f"all {N} tree nodes match a plain forward of their path; cache.length = {cache.length}")
 
 # %% [markdown]
-# Suppose the verifier accepts the path root → node 1 → node 3. The cache now holds all seven
-# nodes; `cache.keep(past, path)` moves the accepted ones to positions `past, past + 1, ...` and
-# drops the rest. Their keys were rotated with position `past + depth`, which is exactly where
-# they now sit, so the cache is as if we had decoded the path one token at a time.
+# Suppose the verifier accepts the path root → node 1 → node 3: the target agrees with both
+# guesses, and adds one token of its own after node 3 (the *bonus* token). The cache holds all
+# seven nodes; `cache.keep(past, [0, 1, 3])` moves the accepted ones to positions `past, past + 1,
+# past + 2` and drops the rest. Their keys were rotated for position `past + depth`, exactly where
+# they now sit, so the cache is as if we had decoded the path one token at a time. This is what
+# `minieagle.generate` does after every verification.
 
 # %%
-accepted = path_to(3)
+accepted = trees.path_to(draft, 3)
 cache.keep(past, accepted)
 print("kept nodes", accepted, "-> cache.length =", cache.length)
-bonus = int(np.argmax(tree_logits[accepted[-1]]))  # the target's next token after the path
+bonus = int(np.argmax(tree_logits[accepted[-1]]))  # the target's own token after node 3
 after_keep = model.forward(params, config, np.asarray([bonus]), cache=cache)[0][-1]
-plain = model.forward(
-    params, config, np.asarray(prompt_ids + [tree_tokens[a] for a in accepted] + [bonus])
-)[0][-1]
+path = prompt_ids[:-1] + draft.tokens[accepted].tolist() + [bonus]
+plain = model.forward(params, config, np.asarray(path))[0][-1]
 print("next step, cached vs plain: max |diff| =", np.abs(after_keep - plain).max())
 assert np.abs(after_keep - plain).max() < 1e-12
 
@@ -252,8 +252,8 @@ rng = np.random.default_rng(0)
 inputs, targets = (rng.integers(3, nano.vocab_size, size=(2, 8)) for _ in range(2))
 _, grads = model.loss_and_grads(nano_params, nano, inputs, targets)
 step = 1e-5
-for name, g in grads.items():
-    w = nano_params[name]
+for name, w in nano_params.items():
+    g = grads[name]
     index = tuple(int(i) for i in np.unravel_index(np.argmax(np.abs(g)), g.shape))  # largest
     saved = w[index]
     w[index] = saved + step
@@ -263,5 +263,5 @@ for name, g in grads.items():
     w[index] = saved
     numeric = (plus - minus) / (2 * step)
     error = abs(numeric - g[index]) / (abs(numeric) + abs(g[index]))
-    print(f"{name:40} {str(index):8} {g[index]:+.6e} vs {numeric:+.6e}: rel. error {error:.0e}")
+    print(f"{name:46} {str(index):8} {g[index]:+.6e} vs {numeric:+.6e}: rel. error {error:.0e}")
     assert error < 1e-6

@@ -1,0 +1,26 @@
+"""Shared test configuration: tests marked `gpu` are skipped, with the reason, without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _gpu_unavailable_reason() -> str | None:
+    """Why CuPy cannot run here, or None when it can."""
+    try:
+        import cupy
+    except ImportError:
+        return "CuPy is not installed (pip install 'minieagle[gpu]' on a CUDA machine)"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as error:  # no driver, no runtime library, ...
+        return f"CuPy is installed but CUDA is unusable: {error}"
+    return None if count > 0 else "CuPy is installed but no CUDA device is visible"
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    reason = _gpu_unavailable_reason() if gpu_items else None
+    if reason is not None:
+        for item in gpu_items:
+            item.add_marker(pytest.mark.skip(reason=reason))

@@ -1,0 +1,215 @@
+"""The `minieagle` command (minieagle.cli) on a temporary nano checkpoint, and the FLOP counts of
+`minieagle bench` (minieagle.bench), checked by counting the matmuls a forward really runs."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from minieagle import bench, layers, model
+from minieagle.checkpoint import load_checkpoint, save_checkpoint
+from minieagle.cli import PRETRAINED, main
+from minieagle.config import LlamaConfig, preset
+from minieagle.generate import generate
+from minieagle.kvcache import KVCache
+from minieagle.tokenizer import Tokenizer
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> str:
+    """A nano model with the bundled 320-token tokenizer, saved in the HF layout."""
+    directory = tmp_path_factory.mktemp("models") / "nano"
+    config = preset("nano")
+    tokenizer = Tokenizer.load(PRETRAINED / "tokenizer-320.json")
+    save_checkpoint(directory, model.init_params(config, seed=1), config, tokenizer)
+    return str(directory)
+
+
+# ---------------------------------------------------------------------------- generate, demo
+
+
+def test_generate_prints_the_prompt_and_the_greedy_continuation(checkpoint, capsys):
+    prompt = "def area(radius):\n"
+    code = main(["generate", prompt, "--model", checkpoint, "--max-new-tokens", "6", "--stats"])
+    out, err = capsys.readouterr()
+    params, config, tokenizer = load_checkpoint(checkpoint)
+    ids = tokenizer.encode(prompt, add_bos=True)
+    expected = generate(params, config, ids, max_new_tokens=6).tokens
+    assert code == 0
+    assert out == prompt + tokenizer.decode(expected) + "\n"
+    assert f"[{len(expected)} tokens, " in err
+    assert "ms/token, stop: " in err
+
+
+def test_sampling_follows_the_seed(checkpoint, capsys):
+    def sample(seed: int) -> str:
+        flags = ["--temperature", "1", "--max-new-tokens", "20", "--seed", str(seed)]
+        assert main(["generate", "The", "--model", checkpoint, *flags]) == 0
+        return capsys.readouterr().out
+
+    assert sample(3) == sample(3)
+    assert sample(3) != sample(4)
+
+
+def test_demo_runs_greedy_and_sampled_on_prose_and_code(checkpoint, capsys):
+    assert main(["demo", "--model", checkpoint, "--max-new-tokens", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "2 layers, width 32" in out
+    for kind in ("prose", "code"):
+        assert f"--- {kind}, greedy: " in out
+        assert f"--- {kind}, T=0.8 top_p=0.95: " in out
+
+
+# ---------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--top-p", "1.5"], "top_p=1.5 is outside (0, 1]"),
+        (["--temperature", "-1"], "temperature=-1.0 is negative"),
+        (["--top-k", "-2"], "top_k=-2 is negative"),
+        (["--max-new-tokens", "-1"], "max_new_tokens=-1 is negative"),
+    ],
+)
+def test_bad_sampling_flags_exit_2_with_the_fix(checkpoint, capsys, flags, message):
+    assert main(["generate", "Hi", "--model", checkpoint, *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    assert message in err
+
+
+def test_a_missing_model_directory_exits_2(tmp_path, capsys):
+    assert main(["generate", "Hi", "--model", str(tmp_path / "nowhere")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_a_model_without_tokenizer_is_refused(tmp_path, checkpoint):
+    params, config, _ = load_checkpoint(checkpoint)
+    save_checkpoint(tmp_path / "bare", params, config)
+    with pytest.raises(SystemExit) as error:
+        main(["generate", "Hi", "--model", str(tmp_path / "bare")])
+    assert "has no tokenizer.json" in str(error.value.code)
+
+
+def test_a_flag_of_the_wrong_type_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as error:
+        main(["generate", "Hi", "--top-k", "many"])
+    assert error.value.code == 2
+    assert "invalid int value: 'many'" in capsys.readouterr().err
+
+
+def test_python_dash_m_minieagle_help():
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    run = subprocess.run(
+        [sys.executable, "-m", "minieagle", "--help"], capture_output=True, text=True, env=env
+    )
+    assert run.returncode == 0, run.stderr
+    for command in ("demo", "generate", "train", "bench"):
+        assert command in run.stdout
+    missing = subprocess.run(
+        [sys.executable, "-m", "minieagle", "generate"], capture_output=True, text=True, env=env
+    )
+    assert missing.returncode == 2
+    assert "the following arguments are required: prompt" in missing.stderr
+
+
+# ---------------------------------------------------------------------------- bench
+
+
+def test_bench_writes_its_measurements(checkpoint, tmp_path, capsys, monkeypatch):
+    small_peak = functools.partial(bench.measure_matmul_peak, sizes=(64,), repeats=2)
+    few_steps = functools.partial(bench.measure_training, batch_size=2, steps=1, warmup=0)
+    monkeypatch.setattr(bench, "measure_matmul_peak", small_peak)  # the test needs no real peak
+    monkeypatch.setattr(bench, "measure_training", few_steps)
+    out = tmp_path / "bench.json"
+    flags = ["--model", checkpoint, "--repeats", "1", "--new-tokens", "3", "--out", str(out)]
+    assert main(["bench", *flags]) == 0
+    assert "MFU" in capsys.readouterr().out
+    results = json.loads(out.read_text())
+    config = preset("nano")
+    assert results["training"]["seq_len"] == config.max_position_embeddings  # 256 capped
+    assert results["training"]["flops_per_token"] == bench.train_flops_per_token(config, 128)
+    for key in ("ms_per_token", "prefill_ms", "gflops"):
+        assert results["decode"][key]["min"] <= results["decode"][key]["median"]
+    mfu, achieved = results["training"]["mfu"]["median"], results["training"]["gflops"]["median"]
+    assert mfu == pytest.approx(achieved / results["matmul"]["peak_gflops"])
+    assert main(["bench", "--model", checkpoint, "--repeats", "0"]) == 2
+
+
+GQA_UNTIED = LlamaConfig(
+    vocab_size=40,
+    hidden_size=24,
+    intermediate_size=40,
+    num_hidden_layers=3,
+    num_attention_heads=6,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=32,
+    tie_word_embeddings=False,
+)
+
+
+def _counted_flops(monkeypatch) -> list[int]:
+    """Make the layers count the FLOPs of every matmul they run (2 per multiply-add)."""
+    counts = []
+    linear_forward, linear_backward = layers.linear_forward, layers.linear_backward
+    attention_forward, attention_backward = layers.attention_forward, layers.attention_backward
+
+    def counted_linear_forward(x, weight):
+        counts.append(2 * math.prod(x.shape[:-1]) * weight.size)
+        return linear_forward(x, weight)
+
+    def counted_linear_backward(dout, cache):
+        weight = cache[1]
+        counts.append(4 * math.prod(dout.shape[:-1]) * weight.size)  # dx and dweight
+        return linear_backward(dout, cache)
+
+    def counted_attention_forward(q, k, v, mask):
+        counts.append(4 * q.size * k.shape[2])  # q @ k^T and probs @ v, S keys each
+        return attention_forward(q, k, v, mask)
+
+    def counted_attention_backward(dout, cache):
+        keys = cache[1]
+        counts.append(8 * dout.size * keys.shape[2])  # dprobs, dv, dscores @ k, dscores^T @ q
+        return attention_backward(dout, cache)
+
+    monkeypatch.setattr(layers, "linear_forward", counted_linear_forward)
+    monkeypatch.setattr(layers, "linear_backward", counted_linear_backward)
+    monkeypatch.setattr(layers, "attention_forward", counted_attention_forward)
+    monkeypatch.setattr(layers, "attention_backward", counted_attention_backward)
+    return counts
+
+
+@pytest.mark.parametrize("config", [preset("nano"), GQA_UNTIED], ids=["nano", "gqa-untied"])
+def test_flop_formulas_match_the_matmuls_a_forward_runs(config, monkeypatch):
+    params = model.init_params(config)
+    weight_sizes = [math.prod(s) for s in model.param_shapes(config).values() if len(s) == 2]
+    lookup = config.vocab_size * config.hidden_size  # the embedding is a lookup, not a matmul
+    tied_head = lookup if config.tie_word_embeddings else 0  # ... unless it is also the head
+    assert bench.matmul_params(config) == sum(weight_sizes) - lookup + tied_head
+    counts = _counted_flops(monkeypatch)
+    past = 9
+    cache = KVCache.for_model(config, params)
+    model.forward(params, config, np.arange(3, 3 + past), cache=cache)
+    counts.clear()
+    model.forward(params, config, np.asarray([5]), cache=cache)
+    assert sum(counts) == bench.forward_flops_per_token(config, past + 1)
+    counts.clear()
+    B, T = 2, 7
+    ids = np.ones((B, T), dtype=np.int64)
+    model.loss_and_grads(params, config, ids, ids)
+    assert sum(counts) == B * T * bench.train_flops_per_token(config, T)

@@ -1,0 +1,496 @@
+"""Losslessness, proved case by case: the exact output law of the real verifier equals the target's.
+
+For arbitrary targets and drafts (zeros, one-hot, near-ties, p == q, disjoint supports, and targets
+processed by temperature / top-k / top-p), arbitrary small trees (duplicates, padding) and every
+way of drafting them (deterministic top-k picks, sampled with replacement, sampled without
+replacement, chains), `assert_lossless` enumerates every branch of the drafting and verification
+randomness and compares the law of the emitted tokens with the target's autoregressive law, to
+1e-12 in float64. `speculative_law` does the same across repeated cycles.
+
+Each check is shown to catch a deliberately broken verifier on a fixed case (the negative
+controls), and a Monte Carlo test runs the real verifier on a seeded generator against the
+non-flaky bound `tv_bound`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minieagle.sampling import SamplingParams, SeededRandomness, target_distribution
+from minieagle.testing import (
+    assert_lossless,
+    assert_lossless_multi_cycle,
+    autoregressive_law,
+    exact_distribution,
+    make_sampled_tree,
+    make_topk_tree,
+    one_cycle_law,
+    speculative_law,
+    total_variation,
+    tv_bound,
+)
+from minieagle.tree import Tree, children, depths
+from minieagle.verify import Verdict, verify
+
+PROPERTY = settings(deadline=None, max_examples=30)
+MAX_TOKENS = 3  # the law is compared over at most this many emitted tokens
+
+
+# ---------------------------------------------------------------------------- next-token models
+
+
+@dataclass(frozen=True)
+class TableModel:
+    """A next-token law that depends on the last `order` tokens through a lookup table.
+
+    rows: float64 [R, V] distinct distributions; index: int [V] * order, the row after each
+    tail of `order` tokens. Called with a context (tuple of ints) it returns a read-only [V].
+    """
+
+    rows: np.ndarray
+    index: np.ndarray
+
+    def __call__(self, context: tuple) -> np.ndarray:
+        return self.rows[self.index[tuple(context[-self.index.ndim :])]]
+
+    def restricted(self, allowed: np.ndarray) -> TableModel:
+        """The same table with every row conditioned on the token set `allowed` (bool [V])."""
+        rows = self.rows * allowed
+        rows[rows.sum(axis=1) == 0] = allowed  # a row with no mass there: uniform on `allowed`
+        return _table(rows / rows.sum(axis=1, keepdims=True), self.index)
+
+
+def _table(rows, index) -> TableModel:
+    rows = np.array(rows, dtype=np.float64)
+    rows.setflags(write=False)  # a drafter or verifier that writes into p fails loudly
+    return TableModel(rows, np.asarray(index))
+
+
+def _normalised(weights) -> np.ndarray:
+    w = np.asarray(weights, dtype=np.float64)
+    return w / w.sum()
+
+
+@st.composite
+def probability_vectors(draw, vocab: int) -> np.ndarray:
+    """float64 [vocab]: sparse weights, a one-hot, a near-tie between two tokens, or uniform."""
+    kind = draw(st.sampled_from(["weights", "one_hot", "near_tie", "uniform"]))
+    if kind == "one_hot" or (kind == "near_tie" and vocab == 1):
+        return np.eye(vocab)[draw(st.integers(0, vocab - 1))]
+    if kind == "near_tie":
+        a, b = draw(st.lists(st.integers(0, vocab - 1), min_size=2, max_size=2, unique=True))
+        w = np.zeros(vocab)
+        w[a], w[b] = 0.5 + draw(st.floats(0, 1e-9)), 0.5
+        return _normalised(w)
+    if kind == "uniform":
+        return np.full(vocab, 1.0 / vocab)
+    weights = draw(
+        st.lists(st.one_of(st.just(0.0), st.floats(1e-3, 1.0)), min_size=vocab, max_size=vocab)
+    )
+    if sum(weights) == 0:
+        weights[draw(st.integers(0, vocab - 1))] = 1.0
+    return _normalised(weights)
+
+
+@st.composite
+def table_models(draw, vocab: int) -> TableModel:
+    order = draw(st.integers(1, 2))
+    rows = draw(st.lists(probability_vectors(vocab), min_size=1, max_size=3))
+    index = draw(
+        st.lists(st.integers(0, len(rows) - 1), min_size=vocab**order, max_size=vocab**order)
+    )
+    return _table(rows, np.reshape(index, (vocab,) * order))
+
+
+@st.composite
+def processed_models(draw, vocab: int) -> TableModel:
+    """A table of logits turned into distributions by `target_distribution` (temperature, top-k,
+    top-p), the way the target's rows reach the verifier in `generate`."""
+    params = SamplingParams(
+        temperature=draw(st.sampled_from([0.0, 0.5, 0.7, 1.0, 1.5])),
+        top_k=draw(st.integers(0, 3)),
+        top_p=draw(st.sampled_from([1.0, 0.9, 0.6, 0.3])),
+    )
+    logit_rows = draw(
+        st.lists(
+            st.lists(
+                st.sampled_from([-2.0, 0.0, 0.5, 1.0]) | st.floats(-4, 4),
+                min_size=vocab,
+                max_size=vocab,
+            ),
+            min_size=1,
+            max_size=3,
+        )
+    )
+    rows = [target_distribution(np.asarray(row), params) for row in logit_rows]
+    index = draw(st.lists(st.integers(0, len(rows) - 1), min_size=vocab, max_size=vocab))
+    return _table(rows, index)
+
+
+@st.composite
+def target_and_draft(draw, vocab: int):
+    """(target, draft, context): independent, identical (p == q), or on disjoint supports."""
+    target = draw(table_models(vocab) | processed_models(vocab))
+    relation = draw(st.sampled_from(["independent", "same", "disjoint"]))
+    if relation == "same":
+        draft = target
+    else:
+        draft = draw(table_models(vocab) | processed_models(vocab))
+    if relation == "disjoint" and vocab > 1:
+        allowed = np.asarray(draw(st.lists(st.booleans(), min_size=vocab, max_size=vocab)))
+        if allowed.all() or not allowed.any():
+            allowed[0] = not allowed[0]
+        target, draft = target.restricted(allowed), draft.restricted(~allowed)
+    context = (draw(st.integers(0, vocab - 1)), draw(st.integers(0, vocab - 1)))
+    return target, draft, context
+
+
+@st.composite
+def parents_arrays(draw, max_nodes: int) -> list[int]:
+    """Any tree shape with 2..max_nodes nodes, as a parents array (parents[i] < i)."""
+    n = draw(st.integers(2, max_nodes))
+    return [-1] + [draw(st.integers(0, i - 1)) for i in range(1, n)]
+
+
+def _tokens_to_check(parents) -> int:
+    """Enough tokens to reach the deepest draft and its bonus, capped to keep the law small."""
+    return int(min(depths(Tree(np.zeros(len(parents)), np.asarray(parents))).max() + 1, MAX_TOKENS))
+
+
+# ---------------------------------------------------------------------------- one cycle
+
+
+@PROPERTY
+@given(
+    st.integers(1, 5).flatmap(
+        lambda v: st.tuples(target_and_draft(v), parents_arrays(6), st.data())
+    )
+)
+def test_static_trees_with_duplicates_and_padding_are_lossless(case):
+    """Deterministic candidates (proposal None) with any fixed tokens: repeats, padding (-1),
+    tokens the target never emits."""
+    (target, _, context), parents, data = case
+    vocab = target.rows.shape[1]
+    drafts = data.draw(
+        st.lists(st.integers(-1, vocab - 1), min_size=len(parents) - 1, max_size=len(parents) - 1)
+    )
+
+    def make_tree(ctx, rng):
+        return Tree(np.asarray([ctx[-1], *drafts]), np.asarray(parents))
+
+    assert_lossless(verify, target, make_tree, context, _tokens_to_check(parents))
+
+
+@PROPERTY
+@given(st.integers(1, 5).flatmap(lambda v: st.tuples(target_and_draft(v), parents_arrays(6))))
+def test_top_k_trees_are_lossless(case):
+    """EAGLE-2/3: candidates are the draft's top-k at each node, verified with q treated as 1."""
+    (target, draft, context), parents = case
+    assert_lossless(
+        verify, target, make_topk_tree(draft, parents), context, _tokens_to_check(parents)
+    )
+
+
+@PROPERTY
+@given(
+    st.integers(1, 4).flatmap(
+        lambda v: st.tuples(target_and_draft(v), parents_arrays(4), st.booleans())
+    )
+)
+def test_sampled_trees_are_lossless(case):
+    """SpecInfer (siblings i.i.d. from q) and EAGLE-1 (siblings without replacement, each with
+    its conditional q): the drafting draws are enumerated together with the verifier's."""
+    (target, draft, context), parents, without_replacement = case
+    make_tree = make_sampled_tree(draft, parents, without_replacement)
+    assert_lossless(verify, target, make_tree, context, _tokens_to_check(parents))
+
+
+@PROPERTY
+@given(st.integers(1, 3).flatmap(lambda v: st.tuples(target_and_draft(v), st.integers(1, 3))))
+def test_sampled_chains_are_lossless(case):
+    """Classic speculative sampling (Leviathan et al. 2023): gamma drafts, each with its q."""
+    (target, draft, context), gamma = case
+    make_tree = make_sampled_tree(draft, [1] * gamma, without_replacement=False)
+    assert_lossless(verify, target, make_tree, context, gamma + 1)
+
+
+# ---------------------------------------------------------------------------- several cycles
+
+
+@PROPERTY
+@given(
+    st.integers(1, 3).flatmap(
+        lambda v: st.tuples(
+            target_and_draft(v),
+            st.sampled_from(["top-k", "with", "without"]),
+            st.sampled_from([[1], [2], [1, 1]]),
+        )
+    )
+)
+def test_repeated_cycles_are_lossless(case):
+    """Cycles repeat until 3 tokens are out, each tree drafted from the context so far: the
+    tokens follow the target's autoregressive law (2 or 3 cycles per outcome)."""
+    (target, draft, context), drafting, shape = case
+    if drafting == "top-k":
+        make_tree = make_topk_tree(draft, shape)
+    else:
+        make_tree = make_sampled_tree(draft, shape, without_replacement=drafting == "without")
+    assert_lossless_multi_cycle(verify, target, make_tree, context, 3)
+
+
+def test_speculative_law_needs_the_root_to_be_the_last_token():
+    target = _table([[0.5, 0.5]], [0, 0])
+    wrong_root = lambda ctx, rng: Tree(np.asarray([1 - ctx[-1]]), np.asarray([-1]))  # noqa: E731
+    with pytest.raises(ValueError, match="root token 1 for a context ending in 0"):
+        speculative_law(verify, target, wrong_root, (0,), 2)
+
+
+# ---------------------------------------------------------------------------- the drafters
+
+
+def test_sampling_without_replacement_carries_the_conditional_q():
+    """Siblings drawn without replacement: P(a then b) = q(a) q(b) / (1 - q(a)), the second
+    carries q with a removed, and a slot with nothing left to draw is padding."""
+    q = np.array([0.5, 0.3, 0.2, 0.0])
+    make_tree = make_sampled_tree(lambda ctx: q, [4], without_replacement=True)
+
+    def drafted(rng):
+        tree = make_tree((0,), rng)
+        assert tree.proposals[1] is not None and np.array_equal(tree.proposals[1], q)
+        second = np.where(np.arange(4) == tree.tokens[1], 0.0, q) / (1 - q[tree.tokens[1]])
+        np.testing.assert_allclose(tree.proposals[2], second, rtol=0, atol=1e-15)
+        assert tree.tokens[4] == -1 and tree.proposals[4] is None  # q(3) = 0: nothing left
+        return tuple(tree.tokens[1:3].tolist())
+
+    law = exact_distribution(drafted)
+    for (a, b), prob in law.items():
+        assert prob == pytest.approx(q[a] * q[b] / (1 - q[a]), abs=1e-15)
+    assert sum(law.values()) == pytest.approx(1.0, abs=1e-15) and len(law) == 6
+
+
+def test_sampling_with_replacement_draws_siblings_independently():
+    q = np.array([0.7, 0.3])
+    make_tree = make_sampled_tree(lambda ctx: q, [2], without_replacement=False)
+    law = exact_distribution(lambda rng: tuple(make_tree((0,), rng).tokens[1:].tolist()))
+    assert law == pytest.approx({(a, b): q[a] * q[b] for a in range(2) for b in range(2)})
+
+
+# ---------------------------------------------------------------------------- negative controls
+
+
+def _one_hot(token: int, vocab: int) -> np.ndarray:
+    return np.eye(vocab)[token]
+
+
+def student_verify(
+    tree: Tree,
+    target_probs: np.ndarray,
+    rng,
+    *,
+    renormalise: bool = True,
+    residual_after_rejection: bool = True,
+    bonus=None,
+) -> Verdict:
+    """Recursive rejection sampling written out plainly, with one switch per classic mistake.
+
+    With the defaults it is correct (and must pass every check below); each switch breaks one
+    step. bonus(tree, node, p) -> [V], if given, replaces the leaf's p for the bonus draw.
+    """
+    vocab = target_probs.shape[1]
+    kids = children(tree)
+    node, accepted = 0, []
+    while True:
+        p = np.array(target_probs[node])
+        for child in kids[node]:
+            x = int(tree.tokens[child])
+            if x < 0:
+                continue
+            q = tree.proposals[child]
+            q = _one_hot(x, vocab) if q is None else q
+            if rng.coin(min(1.0, p[x] / q[x])):
+                accepted.append(child)
+                node = child
+                break
+            if residual_after_rejection:
+                excess = np.maximum(p - q, 0.0)
+                p = excess / excess.sum() if renormalise and excess.sum() > 0 else excess
+        else:
+            if bonus is not None and not kids[node]:
+                p = bonus(tree, node, p)
+            return Verdict(accepted, int(rng.draw(p / p.sum())))
+
+
+def _untempered(temperature: float):
+    """Bonus from softmax(logits) instead of softmax(logits / T): p_T ** T renormalised."""
+    return lambda tree, node, p: _normalised(p**temperature)
+
+
+def _bonus_from_leaf_proposal(tree, node, p):
+    return tree.proposals[node]
+
+
+def _with_unconditional_q(make_tree, draft_dist):
+    """Candidates drawn without replacement, but every sibling labelled with the unconditional
+    q of its parent (the EAGLE-1 detail that SpecInfer's rule needs, forgotten)."""
+
+    def broken(context, rng):
+        tree = make_tree(context, rng)
+        proposals = [None] + [
+            draft_dist(
+                context + tuple(int(tree.tokens[n]) for n in _path(tree, int(tree.parents[i])))
+            )
+            for i in range(1, len(tree))
+        ]
+        return Tree(tree.tokens, tree.parents, tuple(proposals))
+
+    return broken
+
+
+def _path(tree: Tree, node: int) -> list[int]:
+    nodes = []
+    while node != 0:
+        nodes.append(node)
+        node = int(tree.parents[node])
+    return nodes[::-1]
+
+
+# Fixed, stated cases: V = 3, targets and drafts that do not depend on the context.
+P = np.array([0.3, 0.3, 0.4])
+Q = np.array([0.7, 0.2, 0.1])
+TEMPERATURE = 0.5
+LOGITS = np.array([1.0, 0.0, -0.5])
+TEMPERED = target_distribution(LOGITS, SamplingParams(temperature=TEMPERATURE))
+CONTEXT = (0, 0)
+
+
+def _constant(p) -> TableModel:
+    return _table([p], [0, 0, 0])
+
+
+NEGATIVE_CASES = {
+    # name: (verify_fn, target, make_tree, k)
+    "(a) residual not renormalised before the next sibling": (
+        lambda t, p, r: student_verify(t, p, r, renormalise=False),
+        _constant(P),
+        make_topk_tree(_constant(Q), [2]),
+        1,
+    ),
+    "(b) p instead of the residual after a rejection": (
+        lambda t, p, r: student_verify(t, p, r, residual_after_rejection=False),
+        _constant(P),
+        make_sampled_tree(_constant(Q), [1], without_replacement=False),
+        1,
+    ),
+    "(c) the draft's q with a top-k (deterministic) candidate": (
+        verify,
+        _constant(P),
+        lambda ctx, rng: Tree.chain(ctx[-1], [int(np.argmax(Q))], [Q]),
+        1,
+    ),
+    "(d) bonus from the untempered p": (
+        lambda t, p, r: student_verify(t, p, r, bonus=_untempered(TEMPERATURE)),
+        _constant(TEMPERED),
+        make_topk_tree(_constant(Q), [1]),
+        2,
+    ),
+    "(d) bonus from the draft's q": (
+        lambda t, p, r: student_verify(t, p, r, bonus=_bonus_from_leaf_proposal),
+        _constant(P),
+        make_sampled_tree(_constant(Q), [1], without_replacement=False),
+        2,
+    ),
+    "(e) without-replacement siblings verified with the unconditional q": (
+        verify,
+        _constant(P),
+        _with_unconditional_q(make_sampled_tree(_constant(Q), [2], True), _constant(Q)),
+        1,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", NEGATIVE_CASES)
+def test_a_broken_verifier_is_caught(name):
+    verify_fn, target, make_tree, k = NEGATIVE_CASES[name]
+    with pytest.raises(AssertionError, match="not lossless"):
+        assert_lossless(verify_fn, target, make_tree, CONTEXT, k)
+    with pytest.raises(AssertionError, match="not lossless"):
+        assert_lossless_multi_cycle(verify_fn, target, make_tree, CONTEXT, k + 1)
+
+
+@pytest.mark.parametrize("name", NEGATIVE_CASES)
+def test_the_same_cases_pass_when_nothing_is_broken(name):
+    """Positive control: the correct verifier (ours and the student's with no switch) and a
+    correctly labelled tree pass each case above, so the failure is the bug's alone."""
+    _, target, make_tree, k = NEGATIVE_CASES[name]
+    if name.startswith("(c)"):
+        make_tree = make_topk_tree(_constant(Q), [1])
+    if name.startswith("(e)"):
+        make_tree = make_sampled_tree(_constant(Q), [2], without_replacement=True)
+    for verify_fn in (verify, student_verify):
+        assert_lossless(verify_fn, target, make_tree, CONTEXT, k)
+        assert_lossless_multi_cycle(verify_fn, target, make_tree, CONTEXT, k + 1)
+
+
+# ---------------------------------------------------------------------------- Monte Carlo
+
+MC_VOCAB, MC_SAMPLES, MC_DELTA = 10, 100_000, 1e-9
+
+
+def _first_token_frequencies(verify_fn, p: np.ndarray, q: np.ndarray, samples: int) -> np.ndarray:
+    """Run drafting (3 siblings without replacement) and verification `samples` times on one
+    seeded generator; the frequencies [V] of the first emitted token."""
+    rng = SeededRandomness(20240601)
+    make_tree = make_sampled_tree(lambda ctx: q, [3], without_replacement=True)
+    rows = np.tile(p, (4, 1))  # [N = 4, V]: the target does not depend on the context
+    counts = np.zeros(len(p))
+    for _ in range(samples):
+        tree = make_tree(CONTEXT, rng)
+        verdict = verify_fn(tree, rows, rng)
+        first = tree.tokens[verdict.accepted[0]] if verdict.accepted else verdict.next_token
+        counts[first] += 1
+    return counts / samples
+
+
+def _mc_case():
+    generator = np.random.default_rng(7)
+    p = generator.dirichlet(np.ones(MC_VOCAB))
+    q = generator.dirichlet(np.ones(MC_VOCAB))
+    p[3] = 0.0  # a token the target never emits but the draft proposes
+    return p / p.sum(), q
+
+
+def test_monte_carlo_first_token_is_within_the_bound():
+    """The real verifier with production randomness: the empirical law of the first token is
+    within tv_bound of p, which fails with probability below 1e-9 when the verifier is exact."""
+    p, q = _mc_case()
+    freq = _first_token_frequencies(verify, p, q, MC_SAMPLES)
+    bound = tv_bound(MC_VOCAB, MC_SAMPLES, MC_DELTA)
+    assert 0.5 * np.abs(freq - p).sum() <= bound
+    assert freq[3] == 0.0
+
+
+def test_monte_carlo_catches_a_broken_verifier():
+    """Negative control (b): its exact bias is more than twice the bound, so its empirical TV
+    exceeds the bound except with probability below 1e-9 (triangle inequality)."""
+    p, q = _mc_case()
+
+    def broken(t, probs, r):
+        return student_verify(t, probs, r, residual_after_rejection=False)
+
+    bound = tv_bound(MC_VOCAB, MC_SAMPLES // 4, MC_DELTA)
+    make_tree = make_sampled_tree(lambda ctx: q, [3], without_replacement=True)
+    exact = one_cycle_law(broken, lambda ctx: p, make_tree, CONTEXT, 1)
+    bias = total_variation(exact, autoregressive_law(lambda ctx: p, CONTEXT, 1))
+    assert bias > 2 * bound
+    freq = _first_token_frequencies(broken, p, q, MC_SAMPLES // 4)
+    assert 0.5 * np.abs(freq - p).sum() > bound
+
+
+def test_tv_bound_matches_the_derivation():
+    """½ sqrt(V / N) + sqrt(ln(1 / delta) / 2N): 0.0152 for V = 10, N = 1e5, delta = 1e-9."""
+    assert tv_bound(10, 100_000, 1e-9) == pytest.approx(0.005 + 0.010181, abs=1e-5)
