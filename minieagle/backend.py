@@ -17,6 +17,8 @@ def array_module(*arrays):
     """The module that created these arrays: numpy, cupy, or an array-API namespace (numpy when
     none of them is an array, e.g. Python ints)."""
     for a in arrays:
+        if type(a) is np.ndarray:
+            continue
         library = type(a).__module__.split(".")[0]
         if library == "numpy":
             continue

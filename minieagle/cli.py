@@ -9,6 +9,7 @@ from pathlib import Path
 
 PRETRAINED = Path(__file__).parent / "pretrained"
 DEFAULT_MODEL = PRETRAINED / "small"
+DEFAULT_DRAFT_MODEL = PRETRAINED / "small-draft"
 
 DEMO_PROMPTS = (
     ("prose", "The interpreter reads"),
@@ -31,15 +32,36 @@ def _sampling(args):
     return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
 
 
+def _drafter_factory(args, config):
+    """A function returning a fresh drafter for args.method (None for vanilla)."""
+    from minieagle.checkpoint import load_checkpoint
+    from minieagle.drafters import build_drafter
+
+    draft_model = None
+    if args.method == "draft-model":
+        draft_params, draft_config, _ = load_checkpoint(args.draft_model, with_tokenizer=False)
+        if draft_config.vocab_size != config.vocab_size:
+            raise ValueError(
+                f"draft model vocab_size={draft_config.vocab_size} differs from the target's "
+                f"{config.vocab_size}; both must share one tokenizer"
+            )
+        draft_model = (draft_params, draft_config)
+    method, gamma = args.method, args.gamma
+    build_drafter(method, draft_model=draft_model, gamma=gamma)  # validate now
+    return lambda: build_drafter(method, draft_model=draft_model, gamma=gamma)
+
+
 def cmd_generate(args) -> int:
     from minieagle.generate import generate
 
     params, config, tokenizer = _load(args.model)
+    drafter = _drafter_factory(args, config)()
     prompt_ids = tokenizer.encode(args.prompt, add_bos=True)
     result = generate(
         params,
         config,
         prompt_ids,
+        drafter=drafter,
         max_new_tokens=args.max_new_tokens,
         sampling=_sampling(args),
         seed=args.seed,
@@ -47,8 +69,8 @@ def cmd_generate(args) -> int:
     print(args.prompt + tokenizer.decode(result.tokens))
     if args.stats:
         print(
-            f"\n[{len(result.tokens)} tokens, {result.ms_per_token:.2f} ms/token, "
-            f"stop: {result.stop_reason}]",
+            f"\n[{args.method}: {len(result.tokens)} tokens, {result.ms_per_token:.2f} ms/token, "
+            f"tau {result.tau:.2f} tokens per target forward, stop: {result.stop_reason}]",
             file=sys.stderr,
         )
     return 0
@@ -116,9 +138,28 @@ def cmd_train(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from minieagle.bench import run_bench
+    if args.suite in ("model", "all"):
+        from minieagle.bench import run_bench
 
-    run_bench(args)
+        run_bench(args)
+    if args.suite in ("methods", "all"):
+        from minieagle.bench import heldout_prompts
+        from minieagle.bench_methods import compare_methods, format_report
+
+        params, config, tokenizer = _load(args.model)
+        methods = {}
+        for method in ("vanilla", "draft-model"):
+            args.method = method
+            methods[method] = _drafter_factory(args, config)
+        prompts = heldout_prompts(tokenizer, per_corpus=args.prompts_per_corpus)
+        results = compare_methods(
+            params, config, methods, prompts, new_tokens=args.new_tokens, repeats=args.repeats
+        )
+        print(format_report(results))
+        if args.out:
+            out = Path(args.out)
+            out = out.with_name(out.stem + "-methods" + out.suffix)
+            out.write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 
@@ -134,9 +175,25 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--max-new-tokens", type=int, default=64)
         p.add_argument("--seed", type=int, default=0)
 
+    def method_flags(p):
+        p.add_argument(
+            "--method",
+            default="vanilla",
+            choices=["vanilla", "draft-model"],
+            help="decoding method (default: vanilla)",
+        )
+        p.add_argument(
+            "--draft-model",
+            dest="draft_model",
+            default=str(DEFAULT_DRAFT_MODEL),
+            help="draft model directory for --method draft-model",
+        )
+        p.add_argument("--gamma", type=int, default=4, help="draft tokens per cycle")
+
     p = sub.add_parser("generate", help="continue a prompt with the target model")
     p.add_argument("prompt")
     sampling_flags(p)
+    method_flags(p)
     p.add_argument("--stats", action="store_true", help="print tokens and ms/token to stderr")
     p.set_defaults(func=cmd_generate)
 
@@ -145,9 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo, max_new_tokens=48)
 
     p = sub.add_parser("train", help="train a model (see docs/training.md)")
-    p.add_argument("what", choices=["target", "draft-model"],
-                   help="a language model: the target, or the small draft model of classic "
-                   "speculative decoding (same training, another preset)")
+    p.add_argument(
+        "what",
+        choices=["target", "draft-model"],
+        help="a language model: the target, or the small draft model of classic "
+        "speculative decoding (same training, another preset)",
+    )
     p.add_argument("--preset", help="nano | tiny | small")
     p.add_argument("--out-dir", dest="out_dir", help="run directory (state for resume)")
     p.add_argument("--tokenizer", help="tokenizer.json to use (default: train one)")
@@ -170,8 +230,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("bench", help="measure decoding ms/token, training tokens/s and MFU")
+    p = sub.add_parser(
+        "bench",
+        help="measure speed: the model (decoding ms/token, training "
+        "tokens/s, MFU) and decoding methods side by side (tau, speedup)",
+    )
+    p.add_argument("--suite", choices=["model", "methods", "all"], default="model")
     p.add_argument("--model", default=str(DEFAULT_MODEL))
+    method_flags(p)
+    p.add_argument("--prompts-per-corpus", dest="prompts_per_corpus", type=int, default=3)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--out", help="write the results as JSON here")

@@ -116,7 +116,7 @@ def attention_forward(q, k, v, mask):
     qg = xp.reshape(q, (B, Hkv, H // Hkv, T, hd))  # [B, Hkv, G, T, hd]
     kg, vg = k[:, :, None, :, :], v[:, :, None, :, :]  # [B, Hkv, 1, S, hd]
     scale = 1.0 / hd**0.5
-    scores = (qg @ xp.matrix_transpose(kg)) * scale  # [B, Hkv, G, T, S]
+    scores = (qg @ kg.mT) * scale  # [B, Hkv, G, T, S]
     scores = xp.where(mask, scores, -xp.inf)
     scores = scores - xp.max(scores, axis=-1, keepdims=True)
     probs = xp.exp(scores)
@@ -131,11 +131,11 @@ def attention_backward(dout, cache):
     xp = array_module(dout)
     dout = xp.reshape(dout, qg.shape)  # [B, Hkv, G, T, hd]
     kg, vg = k[:, :, None, :, :], v[:, :, None, :, :]  # [B, Hkv, 1, S, hd]
-    dv = xp.sum(xp.matrix_transpose(probs) @ dout, axis=2)  # [B, Hkv, S, hd]
-    dprobs = dout @ xp.matrix_transpose(vg)  # [B, Hkv, G, T, S]
+    dv = xp.sum(probs.mT @ dout, axis=2)  # [B, Hkv, S, hd]
+    dprobs = dout @ vg.mT  # [B, Hkv, G, T, S]
     dscores = probs * (dprobs - xp.sum(dprobs * probs, axis=-1, keepdims=True))
     dq = (dscores @ kg) * scale  # [B, Hkv, G, T, hd]
-    dk = xp.sum(xp.matrix_transpose(dscores) @ qg, axis=2) * scale  # [B, Hkv, S, hd]
+    dk = xp.sum(dscores.mT @ qg, axis=2) * scale  # [B, Hkv, S, hd]
     B, Hkv, G, T, hd = qg.shape
     return xp.reshape(dq, (B, Hkv * G, T, hd)), dk, dv
 

@@ -50,3 +50,21 @@ class NoDrafter:
 
     def accept(self, tokens, features, next_token) -> None:
         pass
+
+
+METHODS = ("vanilla", "draft-model")
+
+
+def build_drafter(method: str, *, draft_model=None, gamma: int = 4):
+    """The drafter for a method name (None for vanilla).
+
+    draft_model: (params, config) of the draft model, for "draft-model"."""
+    if method == "vanilla":
+        return None
+    if method == "draft-model":
+        from minieagle.drafters.draft_model import DraftModelDrafter
+
+        if draft_model is None:
+            raise ValueError("method 'draft-model' needs a draft model; pass --draft-model DIR")
+        return DraftModelDrafter(*draft_model, gamma=gamma)
+    raise ValueError(f"unknown method {method!r}; expected one of {list(METHODS)}")
