@@ -18,7 +18,7 @@ import numpy as np
 
 from minieagle import model
 from minieagle import tree as trees
-from minieagle.backend import array_module, to_host
+from minieagle.backend import to_device, to_host
 from minieagle.config import LlamaConfig
 from minieagle.drafters import Drafter, NoDrafter
 from minieagle.kvcache import KVCache
@@ -100,7 +100,7 @@ def generate(
     drafter = drafter or NoDrafter()
     prompt_ids = [int(t) for t in prompt_ids]
     check_prompt(config, prompt_ids, max_new_tokens)
-    xp = array_module(params["model.embed_tokens.weight"])
+    embed = params["model.embed_tokens.weight"]  # arrays we make go where the weights are
     context = config.max_position_embeddings
     cache = KVCache.for_model(config, params, capacity=context)
     features = tuple(drafter.feature_keys)
@@ -109,7 +109,7 @@ def generate(
     hidden = {}
     if len(prompt_ids) > 1:
         _, hidden, _ = model.forward(
-            params, config, xp.asarray(prompt_ids[:-1]), cache=cache, output_hidden=features
+            params, config, to_device(prompt_ids[:-1], embed), cache=cache, output_hidden=features
         )
     drafter.begin(prompt_ids, hidden, sampling)
     result = GenerationResult([], len(prompt_ids), "max_new_tokens", 0)
@@ -126,9 +126,9 @@ def generate(
         logits, hidden, _ = model.forward(
             params,
             config,
-            xp.asarray(draft_tree.tokens),
-            position_ids=xp.asarray(trees.position_ids(draft_tree, cached)),
-            attention_mask=xp.asarray(trees.attention_mask(draft_tree, cached)),
+            to_device(draft_tree.tokens, embed),
+            position_ids=to_device(trees.position_ids(draft_tree, cached), embed),
+            attention_mask=to_device(trees.attention_mask(draft_tree, cached), embed),
             cache=cache,
             output_hidden=features,
         )
@@ -138,7 +138,9 @@ def generate(
         cache.keep(cached, path)
         kept_tokens = [int(t) for t in draft_tree.tokens[path]]
         drafter.accept(
-            kept_tokens, {k: v[xp.asarray(path)] for k, v in hidden.items()}, verdict.next_token
+            kept_tokens,
+            {k: v[to_device(path, embed)] for k, v in hidden.items()},
+            verdict.next_token,
         )
         result.target_forwards += 1
         result.accepted_per_cycle.append(len(verdict.accepted))
@@ -161,11 +163,12 @@ def generate(
 def greedy_reference(params, config: LlamaConfig, prompt_ids, max_new_tokens: int) -> list[int]:
     """Greedy continuation without any cache: a full forward over the whole sequence per token.
     Slow and obviously right; the oracle the cached loop is tested against."""
-    xp = array_module(params["model.embed_tokens.weight"])
     ids = [int(t) for t in prompt_ids]
     out = []
     for _ in range(max_new_tokens):
-        logits, _, _ = model.forward(params, config, xp.asarray(ids))
+        logits, _, _ = model.forward(
+            params, config, to_device(ids, params["model.embed_tokens.weight"])
+        )
         token = int(np.argmax(to_host(logits[-1])))
         out.append(token)
         ids.append(token)

@@ -18,6 +18,8 @@ from typing import Protocol
 
 import numpy as np
 
+from minieagle.backend import to_host
+
 _SUM_TOLERANCE = 1e-6  # how far from 1 a probability vector handed to `draw` may sum (rounding)
 
 
@@ -64,10 +66,8 @@ class SamplingParams:
 
 
 def _to_host_float64(x) -> np.ndarray:
-    """An explicit device -> host copy as float64 (`.get()` for CuPy, `asarray` otherwise)."""
-    if hasattr(x, "get"):
-        x = x.get()
-    return np.asarray(x, dtype=np.float64)
+    """An explicit device -> host copy as float64."""
+    return np.asarray(to_host(x), dtype=np.float64)
 
 
 def target_distribution(logits, params: SamplingParams) -> np.ndarray:

@@ -47,8 +47,8 @@ def test_generate_prints_the_prompt_and_the_greedy_continuation(checkpoint, caps
     expected = generate(params, config, ids, max_new_tokens=6).tokens
     assert code == 0
     assert out == prompt + tokenizer.decode(expected) + "\n"
-    assert f"[{len(expected)} tokens, " in err
-    assert "ms/token, stop: " in err
+    assert f"[vanilla: {len(expected)} tokens, " in err
+    assert "ms/token, tau 1.00 tokens per target forward, stop: " in err
 
 
 def test_sampling_follows_the_seed(checkpoint, capsys):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from minieagle import model
-from minieagle.backend import array_module
+from minieagle.backend import array_module, to_device
 from minieagle.config import LlamaConfig
 from minieagle.kvcache import KVCache
 from minieagle.sampling import Randomness, SamplingParams, target_distribution
@@ -28,7 +28,8 @@ class DraftModelDrafter:
         if gamma < 1:
             raise ValueError(f"gamma={gamma} must be at least 1 draft token per cycle, e.g. 4")
         self.params, self.config, self.gamma = params, config, gamma
-        self.xp = array_module(params["model.embed_tokens.weight"])
+        self.embed = params["model.embed_tokens.weight"]
+        self.xp = array_module(self.embed)
 
     def begin(self, prompt_ids, features, sampling: SamplingParams) -> None:
         self.sampling = sampling
@@ -38,7 +39,7 @@ class DraftModelDrafter:
 
     def _step(self, tokens):
         logits, _, _ = model.forward(
-            self.params, self.config, self.xp.asarray(tokens), cache=self.cache
+            self.params, self.config, to_device(tokens, self.embed), cache=self.cache
         )
         return logits[-1]
 
