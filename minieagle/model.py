@@ -117,10 +117,17 @@ def decoder_layer_forward(
     """One pre-norm Llama block. x [B, T, d] -> (x + attn + mlp [B, T, d], cache).
 
     h = x + o_proj(attention(rope(q), rope(k), v));  out = h + down(silu(gate(n)) * up(n)),
-    with n = RMSNorm(h) and the attention input RMSNorm(x)."""
+    with n = RMSNorm(h) and the attention input RMSNorm(x). A layer without
+    `input_layernorm.weight` in params attends over x itself: EAGLE-1's draft layer drops that
+    norm because its input is already a normalised feature mix."""
     H, Hkv = config.num_attention_heads, config.num_key_value_heads
     p = prefix
-    n1, c_n1 = layers.rmsnorm_forward(x, params[p + "input_layernorm.weight"], config.rms_norm_eps)
+    if p + "input_layernorm.weight" in params:
+        n1, c_n1 = layers.rmsnorm_forward(
+            x, params[p + "input_layernorm.weight"], config.rms_norm_eps
+        )
+    else:
+        n1, c_n1 = x, None
     q, c_q = layers.linear_forward(n1, params[p + "self_attn.q_proj.weight"])  # [B, T, H*hd]
     k, c_k = layers.linear_forward(n1, params[p + "self_attn.k_proj.weight"])  # [B, T, Hkv*hd]
     v, c_v = layers.linear_forward(n1, params[p + "self_attn.v_proj.weight"])
@@ -168,7 +175,10 @@ def decoder_layer_backward(dout, cache, prefix: str, config: LlamaConfig):
     dn1_q, grads[p + "self_attn.q_proj.weight"] = layers.linear_backward(dq, c_q)
     dn1_k, grads[p + "self_attn.k_proj.weight"] = layers.linear_backward(dk, c_k)
     dn1_v, grads[p + "self_attn.v_proj.weight"] = layers.linear_backward(dv, c_v)
-    dx_n, grads[p + "input_layernorm.weight"] = layers.rmsnorm_backward(dn1_q + dn1_k + dn1_v, c_n1)
+    dn1 = dn1_q + dn1_k + dn1_v
+    if c_n1 is None:
+        return dh + dn1, grads
+    dx_n, grads[p + "input_layernorm.weight"] = layers.rmsnorm_backward(dn1, c_n1)
     return dh + dx_n, grads
 
 

@@ -37,7 +37,7 @@ from minieagle.testing import (
 from minieagle.tree import Tree, children, depths, path_to
 from minieagle.verify import Verdict, verify
 
-PROPERTY = settings(deadline=None, max_examples=30)
+PROPERTY = settings(deadline=None, max_examples=100)
 MAX_TOKENS = 3  # the law is compared over at most this many emitted tokens
 
 

@@ -10,8 +10,10 @@ claim fails here as a cell error.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,11 @@ pytest.importorskip("ipykernel")
 
 from jupyter_client.kernelspec import KernelSpecManager  # noqa: E402 (after the skips)
 from jupyter_client.manager import AsyncKernelManager  # noqa: E402
-from nbclient.exceptions import CellExecutionError  # noqa: E402
+from nbclient.exceptions import (  # noqa: E402
+    CellExecutionError,
+    CellTimeoutError,
+    DeadKernelError,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -48,7 +54,7 @@ def run_notebook(path: Path, timeout_s: float) -> None:
     client = nbclient.NotebookClient(
         notebook,
         km=_kernel_manager(),
-        timeout=timeout_s,  # per cell; the wait_for below bounds the whole notebook
+        timeout=math.ceil(timeout_s),  # per cell; the wait_for below bounds the whole notebook
         allow_errors=False,
         resources={"metadata": {"path": str(path.parent)}},
     )
@@ -56,7 +62,17 @@ def run_notebook(path: Path, timeout_s: float) -> None:
     async def _execute() -> None:
         await asyncio.wait_for(client.async_execute(), timeout_s)
 
-    asyncio.run(_execute())
+    start = time.monotonic()
+    try:
+        asyncio.run(_execute())
+    except (TimeoutError, CellTimeoutError, DeadKernelError) as error:
+        # Running out of time surfaces as any of these, depending on where it strikes.
+        if time.monotonic() - start < timeout_s:
+            raise
+        raise TimeoutError(
+            f"{path.name} ran past its budget of {timeout_s} s; shrink its loops in "
+            f"MINIEAGLE_FAST mode or raise TIMEOUT_S[{path.stem!r}]"
+        ) from error
 
 
 @pytest.fixture
@@ -95,3 +111,11 @@ def test_runner_uses_this_interpreter_and_source_tree(tmp_path: Path, notebook_e
         f"assert minieagle.__file__.startswith({str(ROOT)!r}), minieagle.__file__\n"
     )
     run_notebook(fine, 60)
+
+
+def test_runner_enforces_the_notebook_budget(tmp_path: Path, notebook_env) -> None:
+    """Cells that are each quick but together too slow still fail."""
+    slow = tmp_path / "slow.py"
+    slow.write_text("# %%\nimport time\n\ntime.sleep(1)\n" + "\n# %%\ntime.sleep(1)\n" * 3)
+    with pytest.raises(TimeoutError, match="budget of 2 s"):
+        run_notebook(slow, 2)
