@@ -14,6 +14,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -165,20 +166,22 @@ def _fsync(path: Path) -> None:
 def _write_files(
     target: Path, params: dict, config: LlamaConfig, tokenizer, dtype: str, metadata: dict
 ) -> None:
-    """Write and fsync the checkpoint files into the (new, empty) directory `target`."""
+    """Write the checkpoint files into the (new, empty) directory `target`."""
     (target / CONFIG_FILE).write_text(json.dumps(config_to_hf_dict(config, dtype), indent=2) + "\n")
-    # ascontiguousarray: safetensors writes a strided view's memory as if it were contiguous.
-    with np.errstate(over="ignore"):
-        tensors = {k: np.ascontiguousarray(v, dtype=dtype) for k, v in params.items()}
-    for name, tensor in tensors.items():
-        if not np.isfinite(tensor).all():
-            raise ValueError(f"tensor {name!r} overflows {dtype}; save as float32 instead")
-    save_file(tensors, str(target / WEIGHTS_FILE), metadata=metadata)
+    write_tensors(target / WEIGHTS_FILE, params, dtype, metadata)
     if tokenizer is not None:
         tokenizer.save(target / TOKENIZER_FILE)
-    for child in target.iterdir():
-        _fsync(child)
-    _fsync(target)
+
+
+def write_tensors(path: Path, tensors: dict, dtype: str, metadata: dict) -> None:
+    """Save `tensors` cast to `dtype` as safetensors at `path`, refusing values that overflow."""
+    # ascontiguousarray: safetensors writes a strided view's memory as if it were contiguous.
+    with np.errstate(over="ignore"):
+        cast = {k: np.ascontiguousarray(v, dtype=dtype) for k, v in tensors.items()}
+    for name, tensor in cast.items():
+        if not np.isfinite(tensor).all():
+            raise ValueError(f"tensor {name!r} overflows {dtype}; save as float32 instead")
+    save_file(cast, str(path), metadata=metadata)
 
 
 def _swap_into_place(new: Path, directory: Path) -> None:
@@ -219,22 +222,39 @@ def save_checkpoint(
     if bad:
         raise ValueError(f"metadata {bad} is not str -> str; convert values with str() or json")
     validate_params(params, config)
+    return write_directory_atomically(
+        directory,
+        lambda new: _write_files(new, params, config, tokenizer, dtype, header),
+        own_files=(CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE),
+        kind="checkpoint",
+    )
+
+
+def write_directory_atomically(
+    directory, write: Callable[[Path], None], *, own_files: tuple[str, ...], kind: str
+) -> Path:
+    """Replace `directory` as a whole by what `write(new_dir)` puts into a fresh sibling directory.
+
+    The new files are fsynced, then swapped into place, so a crash leaves the old directory or
+    the new one, never a mixture. A directory holding files other than `own_files` is refused
+    (`kind` names what is saved, for that message). Returns the absolute directory."""
     directory = Path(directory).absolute()
     if directory.exists():
         if not directory.is_dir():
-            raise ValueError(f"{directory} is a file; pass a directory path for the checkpoint")
-        others = sorted(
-            {p.name for p in directory.iterdir()} - {CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE}
-        )
+            raise ValueError(f"{directory} is a file; pass a directory path for the {kind}")
+        others = sorted({p.name for p in directory.iterdir()} - set(own_files))
         if others:
             raise ValueError(
-                f"{directory} holds files that are not part of a checkpoint ({others}); saving "
+                f"{directory} holds files that are not part of a {kind} ({others}); saving "
                 "replaces the whole directory, so move them out or choose another directory"
             )
     directory.parent.mkdir(parents=True, exist_ok=True)
     new = Path(tempfile.mkdtemp(prefix=f".{directory.name}.saving-", dir=directory.parent))
     try:
-        _write_files(new, params, config, tokenizer, dtype, header)
+        write(new)
+        for child in new.iterdir():
+            _fsync(child)
+        _fsync(new)
         _swap_into_place(new, directory)
     except BaseException:
         shutil.rmtree(new, ignore_errors=True)

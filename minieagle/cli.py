@@ -10,6 +10,7 @@ from pathlib import Path
 PRETRAINED = Path(__file__).parent / "pretrained"
 DEFAULT_MODEL = PRETRAINED / "small"
 DEFAULT_DRAFT_MODEL = PRETRAINED / "small-draft"
+DEFAULT_HEAD = PRETRAINED / "small-eagle1"
 
 DEMO_PROMPTS = (
     ("prose", "The interpreter reads"),
@@ -32,12 +33,18 @@ def _sampling(args):
     return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
 
 
-def _drafter_factory(args, config):
-    """A function returning a fresh drafter for args.method (None for vanilla)."""
+def _drafter_factory(args, config, params=None):
+    """A function returning a fresh drafter for args.method (None for vanilla); params are the
+    target's (EAGLE heads read its embedding and LM head)."""
     from minieagle.checkpoint import load_checkpoint
     from minieagle.drafters import build_drafter
 
-    draft_model = None
+    draft_model = head = None
+    tree = "default" if args.tree == "default" else f"chain:{args.depth}"
+    if args.method == "eagle1":
+        from minieagle.eagle1 import load_head
+
+        head = load_head(args.head, dtype=params["model.embed_tokens.weight"].dtype)
     if args.method == "draft-model":
         draft_params, draft_config, _ = load_checkpoint(args.draft_model, with_tokenizer=False)
         if draft_config.vocab_size != config.vocab_size:
@@ -47,15 +54,17 @@ def _drafter_factory(args, config):
             )
         draft_model = (draft_params, draft_config)
     method, gamma = args.method, args.gamma
-    build_drafter(method, draft_model=draft_model, gamma=gamma)  # validate now
-    return lambda: build_drafter(method, draft_model=draft_model, gamma=gamma)
+    target = (params, config)
+    kwargs = dict(draft_model=draft_model, gamma=gamma, target=target, head=head, tree=tree)
+    build_drafter(method, **kwargs)  # validate now
+    return lambda: build_drafter(method, **kwargs)
 
 
 def cmd_generate(args) -> int:
     from minieagle.generate import generate
 
     params, config, tokenizer = _load(args.model)
-    drafter = _drafter_factory(args, config)()
+    drafter = _drafter_factory(args, config, params)()
     prompt_ids = tokenizer.encode(args.prompt, add_bos=True)
     result = generate(
         params,
@@ -108,6 +117,8 @@ def cmd_demo(args) -> int:
 
 
 def cmd_train(args) -> int:
+    if args.what == "eagle1":
+        return _train_eagle1(args)
     from minieagle.train import TrainConfig, train
 
     fields = {
@@ -137,6 +148,26 @@ def cmd_train(args) -> int:
     return 0
 
 
+def _train_eagle1(args) -> int:
+    from minieagle.train_eagle import EagleTrainConfig, train_eagle1
+
+    for flag in ("preset", "tokenizer"):
+        if getattr(args, flag) is not None:
+            raise ValueError(
+                f"--{flag} does not apply to eagle1: the head takes the shape and tokenizer of "
+                "--target"
+            )
+    names = ("target", "inputs", "noise", "out_dir", "steps", "batch_size", "seq_len", "lr")
+    names += ("warmup_steps", "eval_every", "eval_batches", "save_every", "seed")
+    names += ("export_dir", "export_dtype", "max_train_chars")
+    fields = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
+    cfg = EagleTrainConfig(**fields)
+    log = train_eagle1(cfg, resume=not args.no_resume, progress=not args.quiet)
+    print(json.dumps(log["evals"][-1] if log["evals"] else {}, indent=2))
+    print(f"EAGLE-1 head written to {log['export_dir']}")
+    return 0
+
+
 def cmd_bench(args) -> int:
     if args.suite in ("model", "all"):
         from minieagle.bench import run_bench
@@ -148,9 +179,12 @@ def cmd_bench(args) -> int:
 
         params, config, tokenizer = _load(args.model)
         methods = {}
-        for method in ("vanilla", "draft-model"):
+        for method in ("vanilla", "draft-model", "eagle1"):
+            if method == "eagle1" and not Path(args.head).is_dir():
+                print(f"[bench: no EAGLE-1 head at {args.head}; eagle1 skipped]", file=sys.stderr)
+                continue
             args.method = method
-            methods[method] = _drafter_factory(args, config)
+            methods[method] = _drafter_factory(args, config, params)
         prompts = heldout_prompts(tokenizer, per_corpus=args.prompts_per_corpus)
         results = compare_methods(
             params, config, methods, prompts, new_tokens=args.new_tokens, repeats=args.repeats
@@ -179,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--method",
             default="vanilla",
-            choices=["vanilla", "draft-model"],
+            choices=["vanilla", "draft-model", "eagle1"],
             help="decoding method (default: vanilla)",
         )
         p.add_argument(
@@ -189,6 +223,18 @@ def build_parser() -> argparse.ArgumentParser:
             help="draft model directory for --method draft-model",
         )
         p.add_argument("--gamma", type=int, default=4, help="draft tokens per cycle")
+        p.add_argument(
+            "--head",
+            default=str(DEFAULT_HEAD),
+            help="EAGLE-1 head directory for --method eagle1",
+        )
+        p.add_argument(
+            "--tree",
+            choices=["default", "chain"],
+            default="default",
+            help="EAGLE-1 static tree: the 26-token default, or a chain of --depth drafts",
+        )
+        p.add_argument("--depth", type=int, default=5, help="drafts in the chain (--tree chain)")
 
     p = sub.add_parser("generate", help="continue a prompt with the target model")
     p.add_argument("prompt")
@@ -204,9 +250,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a model (see docs/training.md)")
     p.add_argument(
         "what",
-        choices=["target", "draft-model"],
+        choices=["target", "draft-model", "eagle1"],
         help="a language model: the target, or the small draft model of classic "
-        "speculative decoding (same training, another preset)",
+        "speculative decoding (same training, another preset); or eagle1: an EAGLE-1 draft "
+        "head for the frozen --target",
+    )
+    p.add_argument("--target", help="eagle1: target checkpoint (default: the shipped small)")
+    p.add_argument(
+        "--inputs",
+        choices=["token+feature", "token", "feature"],
+        help="eagle1: what the head reads (default token+feature; the others are ablations)",
+    )
+    p.add_argument(
+        "--noise", type=float, help="eagle1: half-width of the U(-a, a) feature noise (0.1)"
     )
     p.add_argument("--preset", help="nano | tiny | small")
     p.add_argument("--out-dir", dest="out_dir", help="run directory (state for resume)")

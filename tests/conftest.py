@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings
+
+# NumPy calls have variable latency on shared machines, so no per-example deadline; CI runs are
+# derandomized so that a red CI is reproducible (HYPOTHESIS_PROFILE=dev explores new examples).
+settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
+settings.register_profile("dev", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def _gpu_unavailable_reason() -> str | None:

@@ -48,7 +48,7 @@ MAX_TOKENS = 3  # the law is compared over at most this many emitted tokens
 class TableModel:
     """A next-token law that depends on the last `order` tokens through a lookup table.
 
-    rows: float64 [R, V] distinct distributions; index: int [V] * order, the row after each
+    rows: float64 [R, V] next-token distributions; index: int [V] * order, the row after each
     tail of `order` tokens. Called with a context (tuple of ints) it returns a read-only [V].
     """
 

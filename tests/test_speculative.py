@@ -85,11 +85,12 @@ def _speculative(prompt, drafter, sampling, rng, max_new_tokens, stop_at_eos=Fal
 def _assert_exact_law(prompt, make_drafter, sampling, n):
     """The enumerated law of generate's first n tokens equals the target's; returns the law of
     (tokens, accepted per cycle) for further checks."""
-    outcomes = exact_distribution(
-        lambda rng: (lambda r: (tuple(r.tokens), tuple(r.accepted_per_cycle)))(
-            _speculative(prompt, make_drafter(), sampling, rng, n)
-        )
-    )
+
+    def run(rng):
+        result = _speculative(prompt, make_drafter(), sampling, rng, n)
+        return tuple(result.tokens), tuple(result.accepted_per_cycle)
+
+    outcomes = exact_distribution(run)
     tokens_law: dict = {}
     for (tokens, _), prob in outcomes.items():
         tokens_law[tokens] = tokens_law.get(tokens, 0.0) + prob
@@ -311,7 +312,7 @@ def test_impossible_drafts_are_never_accepted_and_the_law_holds(sampling, sample
 
 
 class _DrawRecorder(SeededRandomness):
-    """SeededRandomness that records each draw: the vector object, a copy, the result."""
+    """SeededRandomness that records each draw: a copy of the vector it was given, the result."""
 
     def __init__(self, seed: int):
         super().__init__(seed)
@@ -319,14 +320,14 @@ class _DrawRecorder(SeededRandomness):
 
     def draw(self, probs) -> int:
         token = super().draw(probs)
-        self.draws.append((probs, np.array(probs, copy=True), token))
+        self.draws.append((np.array(probs, copy=True), token))
         return token
 
 
 class _ProvenanceCheck(_Tracking):
-    """Wraps a drafter; after each proposal asserts that node i's token came from the draw of
-    node i, whose vector is the very q the node carries (same object, unchanged, float64), and
-    that q is the draft model's distribution processed with the target's sampling params."""
+    """Wraps a drafter; after each proposal asserts that node i's token came from the draw made
+    for node i, from a vector bit-for-bit equal to the float64 q the node carries, and that this
+    q is the draft model's distribution processed with the target's sampling params."""
 
     def __init__(self, inner, seed: int):
         super().__init__(inner)
@@ -337,11 +338,12 @@ class _ProvenanceCheck(_Tracking):
         tree = super().propose(root, rng, max_nodes)
         draws = rng.draws[start:]
         sampled = [i for i in range(1, len(tree)) if tree.proposals[i] is not None]
-        assert len(draws) == len(sampled), "one draw per sampled draft node"
-        for node, (probs, snapshot, token) in zip(sampled, draws, strict=True):
+        assert len(draws) == len(sampled), "one draw per sampled draft node, in node order"
+        for node, (drawn_from, token) in zip(sampled, draws, strict=True):
             q = tree.proposals[node]
-            assert probs is q, f"node {node} carries a different array than it was drawn from"
-            assert q.dtype == np.float64 and np.array_equal(snapshot, q)
+            assert q.dtype == np.float64 and np.array_equal(drawn_from, q), (
+                f"node {node} carries a q that differs from the vector its token was drawn from"
+            )
             assert token == tree.tokens[node]
             logits = _logits(f"draft{self.seed}", self.draft_context(tree, node))
             want = target_distribution(logits, self.sampling)
@@ -367,5 +369,5 @@ def test_each_draft_is_drawn_from_the_q_it_carries(sampling):
 
 def test_the_provenance_check_catches_a_relabelled_q():
     drafter = _ProvenanceCheck(_Mislabelled(0, 3), 0)
-    with pytest.raises(AssertionError):
+    with pytest.raises(AssertionError, match="differs from the vector its token was drawn from"):
         _speculative([1, 3, 4], drafter, PROVENANCE_SAMPLINGS[1], _DrawRecorder(0), 15)

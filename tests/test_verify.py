@@ -30,9 +30,12 @@ def _one_hot(token: int, vocab: int = V) -> np.ndarray:
 
 def _verdict_law(tree: Tree, target_probs: np.ndarray) -> dict:
     """Exact law of (accepted nodes, next token) of the real verifier."""
-    return exact_distribution(
-        lambda rng: (lambda v: (tuple(v.accepted), v.next_token))(verify(tree, target_probs, rng))
-    )
+
+    def run(rng):
+        verdict = verify(tree, target_probs, rng)
+        return tuple(verdict.accepted), verdict.next_token
+
+    return exact_distribution(run)
 
 
 @st.composite

@@ -52,13 +52,23 @@ class NoDrafter:
         pass
 
 
-METHODS = ("vanilla", "draft-model")
+METHODS = ("vanilla", "draft-model", "eagle1")
 
 
-def build_drafter(method: str, *, draft_model=None, gamma: int = 4):
+def build_drafter(
+    method: str,
+    *,
+    draft_model=None,
+    gamma: int = 4,
+    target=None,
+    head=None,
+    tree="default",
+):
     """The drafter for a method name (None for vanilla).
 
-    draft_model: (params, config) of the draft model, for "draft-model"."""
+    draft_model: (params, config) of the draft model, for "draft-model".
+    target: (params, config) of the target, head: (head params, Eagle1Config) and tree: a static
+    tree ("default", "chain:D" or a path list of child ranks), for "eagle1"."""
     if method == "vanilla":
         return None
     if method == "draft-model":
@@ -67,4 +77,13 @@ def build_drafter(method: str, *, draft_model=None, gamma: int = 4):
         if draft_model is None:
             raise ValueError("method 'draft-model' needs a draft model; pass --draft-model DIR")
         return DraftModelDrafter(*draft_model, gamma=gamma)
+    if method == "eagle1":
+        from minieagle.drafters.eagle1 import Eagle1Drafter
+
+        if head is None or target is None:
+            raise ValueError(
+                "method 'eagle1' needs the target and a trained head; pass --head DIR "
+                "(train one with `minieagle train eagle1`)"
+            )
+        return Eagle1Drafter(*target, *head, choices=tree)
     raise ValueError(f"unknown method {method!r}; expected one of {list(METHODS)}")

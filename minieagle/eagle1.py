@@ -1,0 +1,353 @@
+"""EAGLE-1's draft head (Li et al. 2024, §3): one decoder layer that predicts the target's next
+feature from its current feature and the next token, read out by the target's own LM head.
+
+At position t the head reads e = Embed(x_{t+1}) (the token one step ahead) and the target's
+feature f_t (its last hidden state after the final RMSNorm), and predicts f̂_{t+1}:
+
+    x = fc([e, f_t]) (+ bias)            # [.., T, 2d] -> [.., T, d]
+    f̂_{t+1} = DecoderLayer(x)            # no input_layernorm, no final norm
+    logits = f̂_{t+1} @ LMHead^T          # the target's head, frozen
+
+Embedding and LM head belong to the target and stay frozen; the head owns `fc` and `layers.0.*`
+(SafeAILab's tensor names). Training minimises SmoothL1(f̂, f) + 0.1 * CE(p_target, q_draft).
+The `inputs` ablation of the paper's Fig. 4 feeds only the token ("token") or only the feature
+("feature"), with fc d -> d.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load_file
+
+from minieagle import layers, losses, model
+from minieagle.backend import arange, array_module, to_device, zeros
+from minieagle.checkpoint import (
+    CONFIG_FILE,
+    WEIGHTS_FILE,
+    config_from_hf_dict,
+    config_to_hf_dict,
+    write_directory_atomically,
+    write_tensors,
+)
+from minieagle.config import LlamaConfig
+from minieagle.kvcache import KVCache
+
+INPUTS = ("token+feature", "token", "feature")
+LAYER_PREFIX = "layers.0."
+
+
+@dataclass(frozen=True)
+class Eagle1Config:
+    """layer: a one-layer LlamaConfig with the target's width, heads, vocabulary and RoPE.
+    fc_bias: whether fc has a bias (SafeAILab's default; their LLaMA-3 heads drop it).
+    inputs: "token+feature" (the paper), or the ablations "token" / "feature"."""
+
+    layer: LlamaConfig
+    fc_bias: bool = True
+    inputs: str = "token+feature"
+
+    def __post_init__(self) -> None:
+        if self.inputs not in INPUTS:
+            raise ValueError(f"inputs={self.inputs!r} is not one of {INPUTS}; pass 'token+feature'")
+        if self.layer.num_hidden_layers != 1:
+            raise ValueError(
+                f"layer has num_hidden_layers={self.layer.num_hidden_layers}; the EAGLE-1 head "
+                "is one decoder layer (use Eagle1Config.from_target)"
+            )
+
+    @classmethod
+    def from_target(
+        cls, target_config: LlamaConfig, *, inputs: str = "token+feature", fc_bias: bool = True
+    ) -> Eagle1Config:
+        """The head for a target: same width, MLP, heads, vocabulary and RoPE, one layer."""
+        return cls(target_config.replace(num_hidden_layers=1), fc_bias=fc_bias, inputs=inputs)
+
+    @property
+    def fc_in(self) -> int:
+        """Width of fc's input: 2d for [embedding, feature], d for either alone."""
+        return self.layer.hidden_size * (2 if self.inputs == "token+feature" else 1)
+
+
+def head_param_shapes(cfg: Eagle1Config) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every trainable tensor: fc, then the decoder layer without
+    input_layernorm (SafeAILab EAGLE-1 layout; embedding and LM head are the target's)."""
+    d = cfg.layer.hidden_size
+    shapes: dict[str, tuple[int, ...]] = {"fc.weight": (d, cfg.fc_in)}
+    if cfg.fc_bias:
+        shapes["fc.bias"] = (d,)
+    source = model.layer_prefix(0)
+    for name, shape in model.param_shapes(cfg.layer).items():
+        if name.startswith(source) and not name.endswith("input_layernorm.weight"):
+            shapes[LAYER_PREFIX + name[len(source) :]] = shape
+    return shapes
+
+
+def init_head(cfg: Eagle1Config, seed: int = 0, dtype=np.float32) -> dict[str, np.ndarray]:
+    """Fresh head: the decoder layer as `model.init_params` initialises layer 0; fc as
+    nn.Linear does (uniform in ±1/sqrt(fan_in)), so x keeps a third of its input's variance."""
+    layer = model.init_params(cfg.layer, seed=seed, dtype=dtype)
+    source = model.layer_prefix(0)
+    rng = np.random.default_rng([seed, 1])
+    head = {}
+    for name, shape in head_param_shapes(cfg).items():
+        if name.startswith("fc."):
+            bound = 1.0 / np.sqrt(cfg.fc_in)
+            head[name] = rng.uniform(-bound, bound, size=shape).astype(dtype)
+        else:
+            head[name] = layer[source + name[len(LAYER_PREFIX) :]]
+    return head
+
+
+def new_head_cache(cfg: Eagle1Config, head: dict, capacity: int, batch: int = 1) -> KVCache:
+    """An empty one-layer KV cache for the head, on the device and dtype of its weights."""
+    layer = cfg.layer
+    return KVCache(1, batch, layer.num_key_value_heads, layer.head_dim, capacity, head["fc.weight"])
+
+
+# ---------------------------------------------------------------------------- forward / backward
+
+
+def _check_target(cfg: Eagle1Config, target_params: dict) -> None:
+    shape = tuple(model.lm_head_weight(target_params).shape)
+    want = (cfg.layer.vocab_size, cfg.layer.hidden_size)
+    if shape != want:
+        raise ValueError(
+            f"the target's LM head is {shape} but the head expects (vocab_size, hidden_size) = "
+            f"{want}; train the head for this target (Eagle1Config.from_target)"
+        )
+
+
+def _with_batch(x, name: str, ndim: int):
+    """(x with a leading batch axis, whether it had one); x must have ndim or ndim + 1 axes."""
+    if x is None:
+        raise ValueError(f"{name} is None but the head's inputs need it; pass {name}")
+    if x.ndim not in (ndim, ndim + 1):
+        raise ValueError(f"{name} has {x.ndim} axes; expected {ndim} or {ndim + 1} (batched)")
+    return (x, True) if x.ndim == ndim + 1 else (x[None, ...], False)
+
+
+def _fc_input(cfg: Eagle1Config, target_params: dict, tokens, features):
+    """[Embed(x_{t+1}), f_t] (or one of them) as [B, T, fc_in], and whether a batch was given."""
+    streams, batched = [], None
+    if cfg.inputs != "feature":
+        ids, batched = _with_batch(tokens, "tokens", 1)
+        xp = array_module(ids)
+        if int(xp.min(ids)) < 0 or int(xp.max(ids)) >= cfg.layer.vocab_size:
+            raise ValueError(
+                f"tokens hold ids outside [0, vocab_size={cfg.layer.vocab_size}); encode text "
+                "with the target's tokenizer"
+            )
+        embedded, _ = layers.embedding_forward(target_params["model.embed_tokens.weight"], ids)
+        streams.append(embedded)  # [B, T, d]; frozen, so its cache is dropped
+    if cfg.inputs != "token":
+        f, batched = _with_batch(features, "features", 2)
+        if f.shape[-1] != cfg.layer.hidden_size:
+            raise ValueError(
+                f"features have width {f.shape[-1]} but the head expects hidden_size="
+                f"{cfg.layer.hidden_size}; pass the target's 'final' hidden states"
+            )
+        streams.append(f)  # [B, T, d]
+    if len(streams) == 2 and streams[0].shape[:2] != streams[1].shape[:2]:
+        raise ValueError(
+            f"tokens {tuple(tokens.shape)} and features {tuple(features.shape)} disagree on "
+            "(batch, positions); pair x_{t+1} with f_t position by position"
+        )
+    xp = array_module(streams[0])
+    return (xp.concat(streams, axis=-1) if len(streams) == 2 else streams[0]), batched
+
+
+def head_forward(
+    head: dict,
+    cfg: Eagle1Config,
+    target_params: dict,
+    tokens,
+    features,
+    *,
+    position_ids=None,
+    attention_mask=None,
+    cache: KVCache | None = None,
+    keep_caches: bool = False,
+):
+    """The head over T new positions, optionally appending to its KV cache.
+
+    tokens int [T] or [B, T]: x_{t+1} (ignored when inputs == "feature"). features [.., T, d]:
+    f_t (ignored when inputs == "token"). position_ids int [T] (default cache.length + arange(T)).
+    attention_mask bool [T, past + T] (default causal; a tree mask for draft trees).
+    Returns (predicted features f̂ [.., T, d], logits [.., T, V], caches or None); the batch
+    axis is present iff it was in the inputs.
+    """
+    _check_target(cfg, target_params)
+    fc_input, batched = _fc_input(cfg, target_params, tokens, features)  # [B, T, fc_in]
+    x, c_fc = layers.linear_forward(fc_input, head["fc.weight"])  # [B, T, d]
+    if cfg.fc_bias:
+        x = x + head["fc.bias"]
+    T, past = x.shape[1], cache.length if cache is not None else 0
+    if position_ids is None:
+        position_ids = past + arange(T, like=x)
+    if attention_mask is None:
+        attention_mask = model.causal_mask(past, T, like=x)
+    elif tuple(attention_mask.shape) != (T, past + T):
+        raise ValueError(
+            f"attention_mask has shape {tuple(attention_mask.shape)}; expected "
+            f"({T}, {past + T}) = (new positions, cached + new positions)"
+        )
+    layer = cfg.layer
+    cos, sin = layers.rope_tables(position_ids, layer.head_dim, layer.rope_theta, x.dtype)
+    predicted, c_layer = model.decoder_layer_forward(
+        head, LAYER_PREFIX, layer, x, cos, sin, attention_mask, cache, 0
+    )  # [B, T, d]
+    lm_head = model.lm_head_weight(target_params)  # [V, d]
+    logits, _ = layers.linear_forward(predicted, lm_head)  # [B, T, V]
+    caches = (c_fc, c_layer, lm_head, batched) if keep_caches else None
+    if not batched:
+        predicted, logits = predicted[0, ...], logits[0, ...]
+    return predicted, logits, caches
+
+
+def head_backward(dpredicted, dlogits, caches, cfg: Eagle1Config) -> dict:
+    """Gradients of the head's parameters (only: the target is frozen) from upstream gradients
+    on the predicted features [.., T, d] and on the logits [.., T, V] (either may be None)."""
+    c_fc, c_layer, lm_head, batched = caches
+    if not batched:
+        dpredicted = None if dpredicted is None else dpredicted[None, ...]
+        dlogits = None if dlogits is None else dlogits[None, ...]
+    shape = (*c_fc[0].shape[:2], cfg.layer.hidden_size)  # [B, T, d]
+    dout = zeros(shape, like=lm_head) if dpredicted is None else dpredicted
+    if dlogits is not None:
+        dout = dout + dlogits @ lm_head  # [B, T, V] @ [V, d]; the frozen head gets no grad
+    dx, grads = model.decoder_layer_backward(dout, c_layer, LAYER_PREFIX, cfg.layer)
+    _, grads["fc.weight"] = layers.linear_backward(dx, c_fc)
+    if cfg.fc_bias:
+        xp = array_module(dx)
+        grads["fc.bias"] = xp.sum(xp.reshape(dx, (-1, dx.shape[-1])), axis=0)  # [d]
+    return grads
+
+
+# ---------------------------------------------------------------------------- losses
+
+
+def _losses(head, cfg, target_params, tokens, features, next_features, loss_mask, p_weight):
+    """Forward pass and both losses: (loss, parts, caches for the backward)."""
+    predicted, logits, caches = head_forward(
+        head, cfg, target_params, tokens, features, keep_caches=True
+    )
+    xp = array_module(predicted)
+    target_logits = next_features @ model.lm_head_weight(target_params).T  # [.., T, V]
+    target_probs = xp.exp(layers.log_softmax(target_logits))
+    l1, c_l1 = losses.smooth_l1_forward(predicted, next_features, loss_mask)
+    ce, c_ce = losses.soft_cross_entropy_forward(logits, target_probs, loss_mask)
+    weights = xp.astype(loss_mask, predicted.dtype)
+    count = max(float(xp.sum(weights)), 1.0)
+    agree = xp.astype(
+        xp.argmax(logits, axis=-1) == xp.argmax(target_logits, axis=-1), weights.dtype
+    )
+    log_q = c_ce[0]  # the draft's log-probabilities, kept by the soft-CE forward
+    overlap = xp.sum(xp.minimum(xp.exp(log_q), target_probs), axis=-1)  # [.., T]
+    parts = {
+        "smooth_l1": float(l1),
+        "soft_ce": float(ce),
+        "top1": float(xp.sum(agree * weights)) / count,
+        "accept": float(xp.sum(overlap * weights)) / count,
+    }
+    return float(l1) + p_weight * float(ce), parts, (caches, c_l1, c_ce)
+
+
+def eagle1_metrics(
+    head, cfg, target_params, tokens, features, next_features, loss_mask, *, p_weight=0.1
+) -> dict:
+    """The loss and its parts without gradients: loss, smooth_l1, soft_ce, top1 (the draft's
+    argmax equals the target's: greedy acceptance of a first draft token) and accept
+    (sum_v min(p_v, q_v): acceptance of a first draft token sampled from q at temperature 1)."""
+    loss, parts, _ = _losses(
+        head, cfg, target_params, tokens, features, next_features, loss_mask, p_weight
+    )
+    return {"loss": loss, **parts}
+
+
+def eagle1_loss(
+    head,
+    cfg: Eagle1Config,
+    target_params,
+    tokens,
+    features,
+    next_features,
+    loss_mask,
+    *,
+    p_weight: float = 0.1,
+    noise: float = 0.0,
+    rng: np.random.Generator | None = None,
+) -> tuple[float, dict, dict]:
+    """SmoothL1(f̂, f_{t+1}) + p_weight * CE(softmax(LMHead(f_{t+1})), softmax(LMHead(f̂))),
+    averaged over positions where loss_mask is set, and the head's gradients.
+
+    tokens int [.., T] (x_{t+1}), features [.., T, d] (f_t), next_features [.., T, d] (f_{t+1}),
+    loss_mask [.., T]. noise: half-width a of the uniform noise U(-a, a) added to the input
+    features only (paper §3.2; needs rng). Returns (loss, parts {smooth_l1, soft_ce, top1,
+    accept}, grads {head name: grad})."""
+    if noise < 0:
+        raise ValueError(f"noise={noise} is negative; pass a half-width such as 0.1 (or 0)")
+    if noise > 0 and cfg.inputs != "token":
+        if rng is None:
+            raise ValueError(f"noise={noise} needs rng=np.random.default_rng(seed)")
+        draw = rng.uniform(-noise, noise, size=tuple(features.shape))
+        features = features + to_device(draw, like=features, dtype=features.dtype)
+    loss, parts, (caches, c_l1, c_ce) = _losses(
+        head, cfg, target_params, tokens, features, next_features, loss_mask, p_weight
+    )
+    dpredicted = losses.smooth_l1_backward(1.0, c_l1)
+    dlogits = losses.soft_cross_entropy_backward(p_weight, c_ce)
+    return loss, parts, head_backward(dpredicted, dlogits, caches, cfg)
+
+
+# ---------------------------------------------------------------------------- save / load
+
+
+def _validate_head(head: dict, cfg: Eagle1Config) -> None:
+    expected = head_param_shapes(cfg)
+    got = {name: tuple(np.shape(value)) for name, value in head.items()}
+    if got != expected:
+        wrong = sorted(n for n in expected.keys() | got.keys() if got.get(n) != expected.get(n))
+        details = ", ".join(f"{n}: got {got.get(n)}, expected {expected.get(n)}" for n in wrong)
+        raise ValueError(f"head tensors do not match the config ({details})")
+
+
+def save_head(directory, head: dict, cfg: Eagle1Config, *, target_dir=None, dtype="float32"):
+    """Write the head as `config.json` (a one-layer Llama config plus SafeAILab's "bias" and our
+    "minieagle_inputs") and `model.safetensors`, replacing `directory` atomically."""
+    _validate_head(head, cfg)
+    dtype = np.dtype(dtype).name
+    config = config_to_hf_dict(cfg.layer, dtype)
+    config.update(bias=cfg.fc_bias, minieagle_inputs=cfg.inputs, minieagle_head="eagle1")
+    if target_dir is not None:
+        config["minieagle_target"] = str(target_dir)
+
+    def write(new: Path) -> None:
+        (new / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+        write_tensors(new / WEIGHTS_FILE, head, dtype, {"format": "np"})
+
+    return write_directory_atomically(
+        directory, write, own_files=(CONFIG_FILE, WEIGHTS_FILE), kind="draft head"
+    )
+
+
+def load_head(directory, *, dtype=np.float32) -> tuple[dict[str, np.ndarray], Eagle1Config]:
+    """Read a head written by `save_head`: (head params cast to dtype, its config)."""
+    directory = Path(directory)
+    for name in (CONFIG_FILE, WEIGHTS_FILE):
+        if not (directory / name).is_file():
+            raise FileNotFoundError(
+                f"{directory / name} is missing; train a head with `minieagle train eagle1`"
+            )
+    d = json.loads((directory / CONFIG_FILE).read_text())
+    cfg = Eagle1Config(
+        config_from_hf_dict(d),
+        fc_bias=bool(d.get("bias", True)),
+        inputs=d.get("minieagle_inputs", "token+feature"),
+    )
+    head = {k: v.astype(dtype, copy=False) for k, v in load_file(directory / WEIGHTS_FILE).items()}
+    _validate_head(head, cfg)
+    return head, cfg

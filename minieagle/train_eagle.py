@@ -1,0 +1,226 @@
+"""Training EAGLE-1's draft head against a frozen target: windows of the bundled corpora, the target
+run on the fly for its features, the loop, validation (loss, top-1 agreement, acceptance),
+checkpoints and resume. Read top to bottom, as `train.py`: data -> batches -> step -> evaluate ->
+save.
+
+Each window of L + 1 tokens gives L training positions (paper §3.2): the head reads the shifted
+token x_{t+1} and the target's feature f_t and is trained to predict f_{t+1}, and through the LM
+head the target's distribution at t + 1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from minieagle import model
+from minieagle.checkpoint import load_checkpoint
+from minieagle.eagle1 import (
+    INPUTS,
+    Eagle1Config,
+    eagle1_loss,
+    eagle1_metrics,
+    init_head,
+    save_head,
+)
+from minieagle.optim import AdamW, AdamWConfig, clip_grad_norm, cosine_lr
+from minieagle.train import _load_state, _save_state, sample_batch, token_stream
+
+DEFAULT_TARGET = str(Path(__file__).parent / "pretrained" / "small")
+RUN_FILE = "eagle_train_config.json"
+
+
+@dataclass
+class EagleTrainConfig:
+    """Everything one head-training run needs; saved in out_dir as `eagle_train_config.json`."""
+
+    target: str = DEFAULT_TARGET  # the target's checkpoint directory (with tokenizer.json)
+    out_dir: str = "runs/eagle1"
+    inputs: str = "token+feature"  # or the ablations "token", "feature"
+    fc_bias: bool = True
+    corpora: tuple[str, ...] = ("prose", "code")
+    steps: int = 1000
+    batch_size: int = 8
+    seq_len: int = 256  # head positions per window (the window holds seq_len + 1 tokens)
+    lr: float = 1e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.01
+    grad_clip: float = 0.5
+    noise: float = 0.1  # half-width of U(-a, a) added to input features
+    p_weight: float = 0.1  # weight of the soft cross-entropy against SmoothL1
+    eval_every: int = 100
+    eval_batches: int = 4
+    save_every: int = 100
+    seed: int = 0
+    export_dir: str = ""  # where the final head goes; "" = out_dir/final
+    export_dtype: str = "float32"
+    max_train_chars: int = 0  # 0 = the whole train split; else a prefix per corpus (tests)
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "seq_len", "eval_every", "eval_batches", "save_every"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
+        if self.inputs not in INPUTS:
+            raise ValueError(f"inputs={self.inputs!r} is not one of {INPUTS}")
+        if self.noise < 0:
+            raise ValueError(f"noise={self.noise} is negative; pass a half-width such as 0.1")
+        self.corpora = tuple(self.corpora)
+
+
+# ---------------------------------------------------------------------------- data
+
+
+def target_pairs(target_params, target_config, windows: np.ndarray):
+    """The head's training pairs from token windows int [B, L + 1], with the target in float32.
+
+    Returns tokens [B, L] (x_{t+1}), features [B, L, d] (f_t), next_features [B, L, d] (f_{t+1}),
+    where f is the target's last hidden state after the final norm (its LM head's input)."""
+    _, hidden, _ = model.forward(target_params, target_config, windows, output_hidden=("final",))
+    features = hidden["final"]  # [B, L + 1, d]
+    return windows[:, 1:], features[:, :-1], features[:, 1:]
+
+
+def _validation_windows(stream: np.ndarray, seq_len: int, count: int) -> np.ndarray:
+    """Fixed, evenly spaced windows int [count, seq_len + 1] of a validation stream."""
+    if len(stream) < seq_len + 2:
+        raise ValueError(
+            f"the validation stream has {len(stream)} tokens, fewer than seq_len + 2 = "
+            f"{seq_len + 2}; lower --seq-len or raise --max-train-chars"
+        )
+    starts = np.linspace(0, len(stream) - seq_len - 2, count).astype(np.int64)
+    return np.stack([stream[s : s + seq_len + 1] for s in starts]).astype(np.int64)
+
+
+def evaluate(head, cfg: Eagle1Config, target_params, pairs: list, p_weight: float) -> dict:
+    """Mean of `eagle1_metrics` (loss, smooth_l1, soft_ce, top1, accept) over batches of pairs."""
+    records = []
+    for tokens, features, next_features in pairs:
+        mask = np.ones(tokens.shape, dtype=bool)  # plain text: every position is a target
+        records.append(
+            eagle1_metrics(
+                head, cfg, target_params, tokens, features, next_features, mask, p_weight=p_weight
+            )
+        )
+    return {key: float(np.mean([r[key] for r in records])) for key in records[0]}
+
+
+# ---------------------------------------------------------------------------- the loop
+
+
+def _check_run_dir(out_dir: Path, cfg: EagleTrainConfig, resume: bool) -> None:
+    """Refuse to resume a run whose head differs (another target, inputs or bias)."""
+    path = out_dir / RUN_FILE
+    if resume and path.exists() and (out_dir / "state").exists():
+        saved = json.loads(path.read_text())
+        for key in ("target", "inputs", "fc_bias"):
+            if saved.get(key) != getattr(cfg, key):
+                raise ValueError(
+                    f"{out_dir} holds a run with {key}={saved.get(key)!r}, not "
+                    f"{getattr(cfg, key)!r}; pass another --out-dir, or --no-resume to start over"
+                )
+    path.write_text(json.dumps(asdict(cfg), indent=2))
+
+
+def train_eagle1(cfg: EagleTrainConfig, *, resume: bool = True, progress: bool = True) -> dict:
+    """Train an EAGLE-1 head for the target in `cfg.target`; returns the final log."""
+    out_dir = Path(cfg.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target_params, target_config, tokenizer = load_checkpoint(cfg.target, dtype=np.float32)
+    if tokenizer is None:
+        raise ValueError(f"{cfg.target} has no tokenizer.json; the head trains on its tokens")
+    if cfg.seq_len + 1 > target_config.max_position_embeddings:
+        raise ValueError(
+            f"seq_len={cfg.seq_len} needs windows of {cfg.seq_len + 1} tokens, more than the "
+            f"target's max_position_embeddings={target_config.max_position_embeddings}"
+        )
+    _check_run_dir(out_dir, cfg, resume)
+    head_cfg = Eagle1Config.from_target(target_config, inputs=cfg.inputs, fc_bias=cfg.fc_bias)
+
+    train_streams = [
+        token_stream(tokenizer, c, "train", out_dir, cfg.max_train_chars)[0] for c in cfg.corpora
+    ]
+    val_pairs = {}  # the target runs once over the fixed validation windows
+    for corpus in cfg.corpora:
+        stream, _ = token_stream(tokenizer, corpus, "val", out_dir, cfg.max_train_chars)
+        windows = _validation_windows(stream, cfg.seq_len, cfg.eval_batches * cfg.batch_size)
+        val_pairs[corpus] = [
+            target_pairs(target_params, target_config, chunk)
+            for chunk in np.array_split(windows, cfg.eval_batches)
+        ]
+
+    head = init_head(head_cfg, seed=cfg.seed)
+    optimizer = AdamW(head, AdamWConfig(lr=cfg.lr, weight_decay=cfg.weight_decay))
+    rng = np.random.default_rng(cfg.seed)  # draws the batches and the feature noise
+    step, log = 0, {"evals": []}
+    if resume and ((out_dir / "state").exists() or (out_dir / "state.old").exists()):
+        step, rng_state, log = _load_state(out_dir, head, optimizer)
+        rng.bit_generator.state = rng_state
+
+    def run_eval(record: dict) -> None:
+        for corpus, pairs in val_pairs.items():
+            for key, value in evaluate(head, head_cfg, target_params, pairs, cfg.p_weight).items():
+                record[f"val_{key}_{corpus}"] = value
+        log["evals"].append(record)
+        bar.write(
+            " ".join(
+                f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record.items()
+            )
+        )
+
+    bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc="eagle1", unit="step")
+    if step == 0:
+        run_eval({"step": 0})
+    t_start, steps_timed = time.perf_counter(), 0
+    while step < cfg.steps:
+        inputs, targets = sample_batch(train_streams, cfg.batch_size, cfg.seq_len, rng)
+        windows = np.concatenate([inputs, targets[:, -1:]], axis=1)  # [B, L + 1]
+        tokens, features, next_features = target_pairs(target_params, target_config, windows)
+        mask = np.ones(tokens.shape, dtype=bool)
+        loss, parts, grads = eagle1_loss(
+            head,
+            head_cfg,
+            target_params,
+            tokens,
+            features,
+            next_features,
+            mask,
+            p_weight=cfg.p_weight,
+            noise=cfg.noise,
+            rng=rng,
+        )
+        if not math.isfinite(loss):
+            raise FloatingPointError(
+                f"loss became {loss} at step {step}; lower --lr (now {cfg.lr}) or raise "
+                "--warmup-steps"
+            )
+        grad_norm = clip_grad_norm(grads, cfg.grad_clip)
+        lr = cosine_lr(step, max_lr=cfg.lr, warmup_steps=cfg.warmup_steps, total_steps=cfg.steps)
+        optimizer.step(head, grads, lr)
+        step += 1
+        steps_timed += 1
+        s_per_step = (time.perf_counter() - t_start) / steps_timed
+        bar.set_postfix(
+            loss=f"{loss:.3f}",
+            top1=f"{parts['top1']:.3f}",
+            lr=f"{lr:.1e}",
+            gnorm=f"{grad_norm:.2f}",
+        )
+        bar.update(1)
+        log.update(train_loss=loss, train_top1=parts["top1"], s_per_step=s_per_step)
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            run_eval({"step": step, "train_loss": loss, "train_top1": parts["top1"]})
+        if step % cfg.save_every == 0 or step == cfg.steps:
+            _save_state(out_dir, head, optimizer, step, rng.bit_generator.state, log)
+    bar.close()
+
+    export_dir = Path(cfg.export_dir or out_dir / "final")
+    save_head(export_dir, head, head_cfg, target_dir=cfg.target, dtype=cfg.export_dtype)
+    log["export_dir"] = str(export_dir)
+    (out_dir / "train_log.json").write_text(json.dumps(log, indent=2))
+    return log

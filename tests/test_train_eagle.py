@@ -1,0 +1,213 @@
+"""Training the EAGLE-1 head (minieagle.train_eagle): it learns, it leaves the target untouched, it
+exports a loadable head, and a run killed mid-step resumes to the same bits as one that never
+stopped.
+
+The target is a nano model trained for 30 steps with the bundled 320-token tokenizer; every run
+is a few dozen steps on short windows (about a second).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from minieagle import train_eagle as train_eagle_module
+from minieagle.cli import PRETRAINED, main
+from minieagle.config import preset
+from minieagle.eagle1 import load_head
+from minieagle.train import TrainConfig, train
+from minieagle.train_eagle import EagleTrainConfig, train_eagle1
+
+STEPS, SAVE_EVERY = 20, 5
+
+
+class SimulatedCrash(Exception):
+    """Stands in for a kill at a chosen moment."""
+
+
+@pytest.fixture(scope="module")
+def target_dir(tmp_path_factory) -> Path:
+    """A nano target trained for 30 steps: enough for peaked, predictable next-token laws."""
+    run = tmp_path_factory.mktemp("target")
+    config = TrainConfig(
+        preset="nano",
+        out_dir=str(run),
+        tokenizer=str(PRETRAINED / "tokenizer-320.json"),
+        steps=30,
+        batch_size=4,
+        seq_len=32,
+        lr=1e-2,
+        warmup_steps=5,
+        eval_every=30,
+        save_every=30,
+        max_train_chars=50_000,
+    )
+    return Path(train(config, progress=False)["export_dir"])
+
+
+def _fingerprint(directory: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir())}
+
+
+def _config(target_dir: Path, out_dir: Path, **changes) -> EagleTrainConfig:
+    fields = dict(
+        target=str(target_dir),
+        out_dir=str(out_dir),
+        steps=STEPS,
+        batch_size=4,
+        seq_len=32,
+        lr=1e-2,
+        warmup_steps=3,
+        eval_every=10,
+        eval_batches=2,
+        save_every=SAVE_EVERY,
+        max_train_chars=50_000,
+    )
+    fields.update(changes)
+    return EagleTrainConfig(**fields)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, target_dir) -> tuple[Path, dict, dict]:
+    """One uninterrupted run: (its directory, its log, the target's file hashes before it)."""
+    before = _fingerprint(target_dir)
+    out_dir = tmp_path_factory.mktemp("uninterrupted")
+    return out_dir, train_eagle1(_config(target_dir, out_dir), progress=False), before
+
+
+def _state(out_dir: Path) -> dict[str, np.ndarray]:
+    state = load_file(out_dir / "state" / "params.safetensors")
+    state.update(load_file(out_dir / "state" / "optimizer.safetensors"))
+    return state
+
+
+def _differing(out_dir: Path, reference_dir: Path) -> list[str]:
+    mine, theirs = _state(out_dir), _state(reference_dir)
+    assert mine.keys() == theirs.keys()
+    return sorted(name for name in mine if not np.array_equal(mine[name], theirs[name]))
+
+
+def _count_steps(monkeypatch, crash_at: int | None = None) -> list[int]:
+    """Count training steps (calls of eagle1_loss), optionally crashing on call `crash_at`."""
+    real, calls = train_eagle_module.eagle1_loss, []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == crash_at:
+            raise SimulatedCrash(f"killed during step call {crash_at}")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train_eagle_module, "eagle1_loss", counted)
+    return calls
+
+
+# ---------------------------------------------------------------------------- learning, export
+
+
+def test_validation_loss_falls_and_agreement_rises(reference):
+    _, log, _ = reference
+    assert [record["step"] for record in log["evals"]] == [0, 10, 20]
+    first, last = log["evals"][0], log["evals"][-1]
+    for corpus in ("prose", "code"):
+        assert last[f"val_loss_{corpus}"] < 0.8 * first[f"val_loss_{corpus}"]
+        assert last[f"val_smooth_l1_{corpus}"] < first[f"val_smooth_l1_{corpus}"]
+        assert last[f"val_top1_{corpus}"] > first[f"val_top1_{corpus}"]
+        assert 0 <= last[f"val_accept_{corpus}"] <= 1
+
+
+def test_the_target_is_not_modified(reference, target_dir):
+    assert _fingerprint(target_dir) == reference[2]
+
+
+def test_the_exported_head_loads_and_is_the_trained_one(reference, target_dir):
+    out_dir, log, _ = reference
+    assert Path(log["export_dir"]) == out_dir / "final"
+    head, cfg = load_head(log["export_dir"])
+    assert cfg.inputs == "token+feature" and cfg.layer == preset("nano").replace(
+        num_hidden_layers=1
+    )
+    trained = load_file(out_dir / "state" / "params.safetensors")
+    assert head.keys() == trained.keys()
+    assert all(np.array_equal(head[name], trained[name]) for name in head)
+    config = json.loads((out_dir / "final" / "config.json").read_text())
+    assert config["minieagle_target"] == str(target_dir)
+
+
+# ---------------------------------------------------------------------------- resume
+
+
+def test_a_run_killed_mid_step_resumes_to_the_same_bits(
+    tmp_path, monkeypatch, reference, target_dir
+):
+    _count_steps(monkeypatch, crash_at=18)  # step 18 of 20; the last save was at step 15
+    with pytest.raises(SimulatedCrash):
+        train_eagle1(_config(target_dir, tmp_path), progress=False)
+    monkeypatch.undo()
+    steps = _count_steps(monkeypatch)
+    log = train_eagle1(_config(target_dir, tmp_path), progress=False)
+    assert len(steps) == STEPS - 15  # it resumed from the step-15 state, not from scratch
+    assert _differing(tmp_path, reference[0]) == []
+    assert [r["val_loss_code"] for r in log["evals"]] == [
+        r["val_loss_code"] for r in reference[1]["evals"]
+    ]
+
+
+def test_resume_check_catches_a_resume_that_forgets_the_noise_and_data_order(
+    tmp_path, monkeypatch, reference, target_dir
+):
+    _count_steps(monkeypatch, crash_at=18)
+    with pytest.raises(SimulatedCrash):
+        train_eagle1(_config(target_dir, tmp_path), progress=False)
+    monkeypatch.undo()
+    real_load = train_eagle_module._load_state
+
+    def load_without_rng(*args):
+        step, _, log = real_load(*args)
+        return step, np.random.default_rng(12345).bit_generator.state, log
+
+    monkeypatch.setattr(train_eagle_module, "_load_state", load_without_rng)
+    train_eagle1(_config(target_dir, tmp_path), progress=False)
+    assert len(_differing(tmp_path, reference[0])) > 0
+
+
+def test_resuming_a_run_of_another_head_is_refused(tmp_path, target_dir):
+    train_eagle1(_config(target_dir, tmp_path, steps=2, save_every=1), progress=False)
+    with pytest.raises(ValueError, match=r"holds a run with inputs='token\+feature', not 'token'"):
+        train_eagle1(_config(target_dir, tmp_path, steps=2, inputs="token"), progress=False)
+
+
+# ---------------------------------------------------------------------------- command line, errors
+
+
+def test_the_command_line_trains_an_ablation_head(tmp_path, target_dir, capsys):
+    argv = ["train", "eagle1", "--target", str(target_dir), "--out-dir", str(tmp_path / "run")]
+    argv += ["--inputs", "feature", "--noise", "0.05", "--steps", "2", "--batch-size", "2"]
+    argv += ["--seq-len", "16", "--eval-batches", "1", "--max-train-chars", "20000", "--quiet"]
+    assert main(argv) == 0
+    assert "EAGLE-1 head written to" in capsys.readouterr().out
+    _, cfg = load_head(tmp_path / "run" / "final")
+    assert cfg.inputs == "feature"
+    saved = json.loads((tmp_path / "run" / "eagle_train_config.json").read_text())
+    assert saved["noise"] == 0.05
+    assert main(argv + ["--preset", "nano"]) == 2
+    assert "--preset does not apply to eagle1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"inputs": "both"}, "inputs='both' is not one of"),
+        ({"steps": 0}, "steps=0 must be a positive integer"),
+        ({"noise": -0.1}, "noise=-0.1 is negative"),
+        ({"seq_len": 200}, "seq_len=200 needs windows of 201 tokens, more than the target's"),
+    ],
+)
+def test_bad_configurations_are_refused(tmp_path, target_dir, changes, message):
+    with pytest.raises(ValueError) as error:
+        train_eagle1(_config(target_dir, tmp_path, **changes), progress=False)
+    assert message in str(error.value)
