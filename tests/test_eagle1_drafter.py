@@ -180,7 +180,9 @@ class _UnconditionalQ(Eagle1Drafter):
 
 
 def test_the_law_check_catches_unconditional_sibling_proposals():
-    sampling, n, prompt = LAW_CASES[-1]  # with two siblings left to try after a rejection
+    # Full support: the second sibling's real q (the first one removed) differs from the
+    # full q. Under top_k=2 both labels act alike, so that case could not catch the bug.
+    sampling, n, prompt = LAW_CASES[-1]
     law, _ = _law(prompt, lambda: _drafter(SMALL_TREE, _UnconditionalQ), sampling, n)
     assert total_variation(law, _target_law(prompt, sampling, n)) > 1e-3
 

@@ -89,7 +89,7 @@ class Eagle1Drafter:
     def accept(self, tokens, features, next_token: int) -> None:
         self.cache.crop(self.committed)
         # Pairs (f(tokens[i]), tokens[i+1]) and (f(tokens[-1]), next_token).
-        self.pending_tokens += [*(int(t) for t in tokens[:-1]), int(tokens[-1])]
+        self.pending_tokens += [*(int(t) for t in tokens[1:]), int(next_token)]
         self.pending_features.append(features["final"])  # [len(tokens), d]
 
     # ------------------------------------------------------------------------ internals
