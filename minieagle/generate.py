@@ -132,7 +132,9 @@ def generate(
             cache=cache,
             output_hidden=features,
         )
-        target_probs = np.stack([target_distribution(row, sampling) for row in logits])
+        target_probs = np.stack(
+            [target_distribution(logits[i], sampling) for i in range(len(draft_tree))]
+        )
         verdict = verify(draft_tree, target_probs, rng)
         path = [0, *verdict.accepted]
         cache.keep(cached, path)

@@ -186,3 +186,9 @@ def test_bad_tree_shapes_for_the_drafters_are_rejected():
         make_topk_tree(lambda context: np.ones(2) / 2, [2, 0])
     with pytest.raises(ValueError, match="have parents"):
         make_topk_tree(lambda context: np.ones(2) / 2, [-1, 0, 3])
+
+
+def test_shipped_default_tree_is_mc_sim_7b_63():
+    from minieagle.static_trees import DEFAULT_TREE, resolve_tree
+
+    assert resolve_tree(DEFAULT_TREE) == resolve_tree(MC_SIM_7B_63)
