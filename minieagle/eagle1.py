@@ -242,9 +242,8 @@ def _losses(head, cfg, target_params, tokens, features, next_features, loss_mask
     ce, c_ce = losses.soft_cross_entropy_forward(logits, target_probs, loss_mask)
     weights = xp.astype(loss_mask, predicted.dtype)
     count = max(float(xp.sum(weights)), 1.0)
-    agree = xp.astype(
-        xp.argmax(logits, axis=-1) == xp.argmax(target_logits, axis=-1), weights.dtype
-    )
+    same_argmax = xp.argmax(logits, axis=-1) == xp.argmax(target_logits, axis=-1)  # [.., T]
+    agree = xp.astype(same_argmax, weights.dtype)
     log_q = c_ce[0]  # the draft's log-probabilities, kept by the soft-CE forward
     overlap = xp.sum(xp.minimum(xp.exp(log_q), target_probs), axis=-1)  # [.., T]
     parts = {
@@ -262,9 +261,8 @@ def eagle1_metrics(
     """The loss and its parts without gradients: loss, smooth_l1, soft_ce, top1 (the draft's
     argmax equals the target's: greedy acceptance of a first draft token) and accept
     (sum_v min(p_v, q_v): acceptance of a first draft token sampled from q at temperature 1)."""
-    loss, parts, _ = _losses(
-        head, cfg, target_params, tokens, features, next_features, loss_mask, p_weight
-    )
+    args = (head, cfg, target_params, tokens, features, next_features, loss_mask, p_weight)
+    loss, parts, _ = _losses(*args)
     return {"loss": loss, **parts}
 
 

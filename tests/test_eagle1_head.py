@@ -206,7 +206,11 @@ def test_cached_incremental_forward_equals_the_full_forward(inputs):
     np.testing.assert_allclose(np.concatenate([lg for _, lg in pieces], 1), full_logits, atol=1e-10)
 
 
-def test_tree_masked_forward_equals_one_forward_per_path():
+def _tree_vs_paths(positions: str) -> list[float]:
+    """Per tree node, max |tree-masked forward - forward of the node's path as a sequence|.
+
+    The tree hangs under a cached prefix; positions "depth" gives each node prefix + depth (as
+    a drafter must), "index" its slot in the flattened tree (a plausible mistake)."""
     head, cfg, target, tokens, features = _setup()
     tokens, features = tokens[0], features[0]  # the prefix: T positions, unbatched
     rng = np.random.default_rng(7)
@@ -222,6 +226,7 @@ def test_tree_masked_forward_equals_one_forward_per_path():
     for i, path in enumerate(ancestors):
         mask[i, [T + j for j in path]] = True
     depth = np.array([len(path) - 1 for path in ancestors])
+    position_ids = T + (depth if positions == "depth" else np.arange(n))
 
     cache = new_head_cache(cfg, head, capacity=32)
     head_forward(head, cfg, target, tokens, features, cache=cache)
@@ -231,16 +236,29 @@ def test_tree_masked_forward_equals_one_forward_per_path():
         target,
         tree_tokens,
         tree_features,
-        position_ids=T + depth,
+        position_ids=position_ids,
         attention_mask=mask,
         cache=cache,
     )
+    errors = []
     for i, path in enumerate(ancestors):
         path_tokens = np.concatenate([tokens, tree_tokens[path]])
         path_features = np.concatenate([features, tree_features[path]])
         pred, logits, _ = head_forward(head, cfg, target, path_tokens, path_features)
-        np.testing.assert_allclose(tree_pred[i], pred[-1], atol=1e-10)
-        np.testing.assert_allclose(tree_logits[i], logits[-1], atol=1e-10)
+        errors.append(
+            max(np.abs(tree_pred[i] - pred[-1]).max(), np.abs(tree_logits[i] - logits[-1]).max())
+        )
+    return errors
+
+
+def test_tree_masked_forward_equals_one_forward_per_path():
+    assert max(_tree_vs_paths("depth")) < 1e-10
+
+
+def test_tree_check_catches_positions_that_ignore_depth():
+    errors = _tree_vs_paths("index")
+    assert errors[0] < 1e-10  # node 0 is the one whose index equals its depth
+    assert min(errors[1:]) > 1e-6
 
 
 # ---------------------------------------------------------------------------- save / load, errors
