@@ -128,7 +128,7 @@ def _pooled_alpha(results, max_depth: int) -> list[float | None]:
 def format_report(results: dict) -> str:
     """A plain-text table: one row per setting, prompt kind and method."""
     lines = [
-        f"{'setting':7} {'prompts':7} {'method':12} {'tau':>5} {'speedup [min..max]':>22} "
+        f"{'setting':7} {'prompts':7} {'method':22} {'tau':>5} {'speedup [min..max]':>22} "
         f"{'effic.':>6}  alpha by depth"
     ]
     for label, by_kind in results.items():
@@ -137,8 +137,8 @@ def format_report(results: dict) -> str:
                 s = e["speedup"]
                 alpha = " ".join("  -  " if a is None else f"{a:.2f}" for a in e["alpha"])
                 lines.append(
-                    f"{label:7} {kind:7} {name:12} {e['tau']:5.2f} "
-                    f"{s['median']:6.2f}x [{s['min']:.2f}..{s['max']:.2f}]".ljust(52)
+                    f"{label:7} {kind:7} {name:22} {e['tau']:5.2f} "
+                    f"{s['median']:6.2f}x [{s['min']:.2f}..{s['max']:.2f}]".ljust(61)
                     + f" {e['efficiency']:6.2f}  {alpha if name != 'vanilla' else ''}"
                 )
     return "\n".join(lines)

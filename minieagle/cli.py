@@ -179,12 +179,18 @@ def cmd_bench(args) -> int:
 
         params, config, tokenizer = _load(args.model)
         methods = {}
-        for method in ("vanilla", "draft-model", "eagle1"):
+        variants = [
+            ("vanilla", "vanilla", "default"),
+            ("draft-model", "draft-model", "default"),
+            ("eagle1-tree", "eagle1", "default"),
+            ("eagle1-chain", "eagle1", "chain"),
+        ]
+        for label, method, tree in variants:
             if method == "eagle1" and not Path(args.head).is_dir():
-                print(f"[bench: no EAGLE-1 head at {args.head}; eagle1 skipped]", file=sys.stderr)
+                print(f"[bench: no EAGLE-1 head at {args.head}; {label} skipped]", file=sys.stderr)
                 continue
-            args.method = method
-            methods[method] = _drafter_factory(args, config, params)
+            args.method, args.tree = method, tree
+            methods[label] = _drafter_factory(args, config, params)
         prompts = heldout_prompts(tokenizer, per_corpus=args.prompts_per_corpus)
         results = compare_methods(
             params, config, methods, prompts, new_tokens=args.new_tokens, repeats=args.repeats
