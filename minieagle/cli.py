@@ -13,7 +13,7 @@ DEFAULT_DRAFT_MODEL = PRETRAINED / "small-draft"
 DEFAULT_HEAD = PRETRAINED / "small-eagle1"
 
 DEMO_PROMPTS = (
-    ("prose", "The interpreter reads"),
+    ("prose", "The garbage collector"),
     ("code", "def read_config(path):\n"),
 )
 
@@ -86,6 +86,7 @@ def cmd_generate(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    """Generate from the shipped target with every available method; greedy outputs must agree."""
     from minieagle.generate import generate
     from minieagle.sampling import SamplingParams
 
@@ -95,24 +96,46 @@ def cmd_demo(args) -> int:
         f"minieagle demo: target {args.model} ({config.num_hidden_layers} layers, width "
         f"{config.hidden_size}, {n_params / 1e6:.2f}M parameters, vocab {config.vocab_size})\n"
     )
+    methods = {"vanilla": lambda: None}
+    for label, method, directory in (
+        ("draft-model", "draft-model", args.draft_model),
+        ("eagle1", "eagle1", args.head),
+    ):
+        if (Path(directory) / "model.safetensors").is_file():
+            args.method, args.tree = method, "default"
+            methods[label] = _drafter_factory(args, config, params)
+    sampled = SamplingParams(temperature=0.7, top_p=0.9)
     for kind, prompt in DEMO_PROMPTS:
-        for sampling in (SamplingParams(), SamplingParams(temperature=0.8, top_p=0.95)):
-            ids = tokenizer.encode(prompt, add_bos=True)
+        ids = tokenizer.encode(prompt, add_bos=True)
+        print(f"=== {kind} prompt, greedy ===")
+        outputs = {}
+        for name, make_drafter in methods.items():
             result = generate(
                 params,
                 config,
                 ids,
+                drafter=make_drafter(),
                 max_new_tokens=args.max_new_tokens,
-                sampling=sampling,
                 seed=args.seed,
             )
-            mode = "greedy" if sampling.greedy else f"T={sampling.temperature} top_p=0.95"
+            outputs[name] = result.tokens
             print(
-                f"--- {kind}, {mode}: {len(result.tokens)} tokens, "
-                f"{result.ms_per_token:.2f} ms/token"
+                f"  {name:12} {result.ms_per_token:6.2f} ms/token   tau {result.tau:4.2f} "
+                "tokens per target forward"
             )
-            print(prompt + tokenizer.decode(result.tokens))
-            print()
+        same = all(tokens == outputs["vanilla"] for tokens in outputs.values())
+        print(f"  identical greedy output from every method: {same}")
+        print(prompt + tokenizer.decode(outputs["vanilla"]) + "\n")
+        result = generate(
+            params,
+            config,
+            ids,
+            max_new_tokens=args.max_new_tokens,
+            sampling=sampled,
+            seed=args.seed,
+        )
+        print(f"=== {kind} prompt, sampled (T=0.7, top_p=0.9, seed {args.seed}) ===")
+        print(prompt + tokenizer.decode(result.tokens) + "\n")
     return 0
 
 
@@ -251,6 +274,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="generate from the shipped model on a prose and a code prompt")
     sampling_flags(p)
+    method_flags(p)
     p.set_defaults(func=cmd_demo, max_new_tokens=48)
 
     p = sub.add_parser("train", help="train a model (see docs/training.md)")

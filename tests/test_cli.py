@@ -61,13 +61,19 @@ def test_sampling_follows_the_seed(checkpoint, capsys):
     assert sample(3) != sample(4)
 
 
-def test_demo_runs_greedy_and_sampled_on_prose_and_code(checkpoint, capsys):
-    assert main(["demo", "--model", checkpoint, "--max-new-tokens", "3"]) == 0
+def test_demo_runs_greedy_and_sampled_on_prose_and_code(checkpoint, tmp_path, capsys):
+    draft = tmp_path / "draft"
+    params, config, tokenizer = load_checkpoint(checkpoint)
+    save_checkpoint(draft, params, config, tokenizer)  # the target as its own draft model
+    flags = ["--draft-model", str(draft), "--head", str(tmp_path / "no-head")]
+    assert main(["demo", "--model", checkpoint, "--max-new-tokens", "5", *flags]) == 0
     out = capsys.readouterr().out
     assert "2 layers, width 32" in out
     for kind in ("prose", "code"):
-        assert f"--- {kind}, greedy: " in out
-        assert f"--- {kind}, T=0.8 top_p=0.95: " in out
+        assert f"=== {kind} prompt, greedy ===" in out
+        assert f"=== {kind} prompt, sampled (T=0.7, top_p=0.9, seed 0) ===" in out
+    assert "draft-model" in out and "eagle1" not in out
+    assert out.count("identical greedy output from every method: True") == 2
 
 
 # ---------------------------------------------------------------------------- bad input
