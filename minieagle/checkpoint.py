@@ -252,7 +252,9 @@ def write_directory_atomically(
     new = Path(tempfile.mkdtemp(prefix=f".{directory.name}.saving-", dir=directory.parent))
     try:
         write(new)
+        os.chmod(new, 0o755)  # mkdtemp makes 0o700; a model directory reads like any other
         for child in new.iterdir():
+            os.chmod(child, 0o644)
             _fsync(child)
         _fsync(new)
         _swap_into_place(new, directory)

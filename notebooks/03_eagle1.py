@@ -38,22 +38,19 @@ FAST = os.environ.get("MINIEAGLE_FAST") == "1"  # the test suite sets it: shorte
 GREEDY = SamplingParams()
 target_dir, head_dir = DEFAULT_MODEL, PRETRAINED / "small-eagle1"
 params, config, tokenizer = load_checkpoint(target_dir, dtype=np.float64)
-if not (head_dir / "model.safetensors").is_file():
-    steps = 40 if FAST else 300
-    print(f"no shipped head in {head_dir}: training one for {steps} steps (it will be weaker)")
-    run_dir = Path(tempfile.mkdtemp(prefix="minieagle-eagle1-"))
-    head_dir = run_dir / "head"
-    run = EagleTrainConfig(
-        target=str(target_dir), out_dir=str(run_dir), steps=steps, batch_size=4, seq_len=64,
+if not (head_dir / "model.safetensors").is_file():  # train a small stand-in (a weaker head)
+    steps, run_dir = 40 if FAST else 300, tempfile.mkdtemp(prefix="minieagle-eagle1-")
+    print(f"no head in {head_dir}: training one for {steps} steps in {run_dir}")
+    head_dir = Path(run_dir) / "head"
+    train_eagle1(EagleTrainConfig(
+        target=str(target_dir), out_dir=run_dir, steps=steps, batch_size=4, seq_len=64,
         warmup_steps=5, eval_every=steps, eval_batches=1, save_every=steps,
         max_train_chars=40_000 if FAST else 0, export_dir=str(head_dir),
-    )  # fmt: skip
-    train_eagle1(run, progress=False)
+    ), progress=False)  # fmt: skip
 head, head_cfg = load_head(head_dir, dtype=np.float64)
 lm_head = model.lm_head_weight(params)  # [V, d], tied to the embedding in the small target
-print(f"target: {config.num_hidden_layers} layers, d = {config.hidden_size}, V = {config.vocab_size}")
-print(f"head:   fc {head['fc.weight'].shape} + one decoder layer = "
-      f"{sum(w.size for w in head.values()) / 1e6:.2f}M trainable parameters")  # fmt: skip
+n_head, V = sum(w.size for w in head.values()), config.vocab_size
+print(f"head: fc {head['fc.weight'].shape} + one decoder layer, {n_head:,} trainable parameters")
 
 
 def show(token_id):
@@ -63,6 +60,7 @@ def show(token_id):
 
 
 def softmax(logits):
+    """The [V] probabilities of [V] logits at temperature 1."""
     return target_distribution(logits, SamplingParams(temperature=1.0))
 
 
@@ -78,28 +76,25 @@ def softmax(logits):
 
 # %%
 length, per_corpus = 128, 2 if FAST else 8
-windows = np.stack([
-    np.asarray(tokenizer.encode(doc.text[: 8 * length], add_bos=True)[: length + 1])
+texts = [
+    doc.text[: 8 * length]
     for corpus in ("prose", "code")
     for doc in [d for d in load_split(corpus, "test") if len(d.text) >= 8 * length][:per_corpus]
-])  # fmt: skip  [B, L + 1]
+]
+windows = np.stack([tokenizer.encode(text, add_bos=True)[: length + 1] for text in texts])  # [B, L+1]
 logits, hidden, _ = model.forward(params, config, windows, output_hidden=("final",))
 assert np.abs(hidden["final"] @ lm_head.T - logits).max() < 1e-10  # the LM head's input
 tokens = windows[:, 1:]  # [B, L] x_{t+1}, the shifted tokens
 features, next_features = hidden["final"][:, :-1], hidden["final"][:, 1:]  # [B, L, d] each
 predicted, draft_logits, _ = head_forward(head, head_cfg, params, tokens, features)  # [B, L, d]
-
-
-def cosine(a, b):
-    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
-
-
+cosine = lambda u, v: (u * v).sum(-1) / np.linalg.norm(u, axis=-1) / np.linalg.norm(v, axis=-1)  # noqa: E731
 mask = np.ones(tokens.shape, dtype=bool)
 metrics = eagle1_metrics(head, head_cfg, params, tokens, features, next_features, mask)
 target_top1 = logits[:, 1:].argmax(-1)  # [B, L]: the target's token after each head position
 for name, guess in (("head f̂_{t+1}", predicted), ("copy f_t", features)):
     agree = ((guess @ lm_head.T).argmax(-1) == target_top1).mean()
-    print(f"{name:13} cos = {cosine(guess, next_features).mean():.3f}, top-1 agreement = {agree:.3f}")
+    cos = cosine(guess, next_features).mean()
+    print(f"{name:13} cos(guess, f_t+1) = {cos:.3f}, top-1 agreement = {agree:.3f}")
 print(f"head: SmoothL1 = {metrics['smooth_l1']:.4f}, soft CE = {metrics['soft_ce']:.3f}, "
       f"Σ min(p, q) = {metrics['accept']:.3f} (first-token acceptance at T = 1)")  # fmt: skip
 plt.figure(figsize=(6, 3))
@@ -123,7 +118,7 @@ plt.show()
 # over `x_{t+2}` with the target's after `… a` and after `… b`.
 
 # %%
-probs = np.stack([softmax(row) for row in logits.reshape(-1, config.vocab_size)])  # [B*(L+1), V]
+probs = np.stack([softmax(row) for row in logits.reshape(-1, V)])  # [B*(L+1), V]
 top2 = np.sort(probs, axis=-1)[:, -2:]  # [B*(L+1), 2] second largest, largest
 flat = np.argmax(top2[:, 0] * (np.arange(len(probs)) % (length + 1) < length))  # not the last
 row, t = divmod(int(flat), length + 1)
@@ -148,8 +143,9 @@ for ax, choice in zip(axes, (a, b), strict=True):
 plt.tight_layout()
 plt.show()
 for choice in (a, b):
-    print(f"head given {show(choice)!r}: overlap with the target after a = {overlap[choice][0]:.2f}, "
-          f"after b = {overlap[choice][1]:.2f}")  # fmt: skip
+    after_a, after_b = overlap[choice]
+    print(f"head given {show(choice)!r}: Σ min(p, q) with the target after a = {after_a:.2f}, "
+          f"after b = {after_b:.2f}")  # fmt: skip
 
 # %% [markdown]
 # The head given `a` matches the target's future after `a` better than after `b`, and the other
@@ -178,16 +174,20 @@ rng = SeededRandomness(0)
 draft_tree = drafter.propose(prompt_ids[-1], rng, max_nodes=64)
 cached = cache.length
 tree_logits, _, _ = model.forward(
-    params, config, draft_tree.tokens, cache=cache,
+    params,
+    config,
+    draft_tree.tokens,
+    cache=cache,
     position_ids=trees.position_ids(draft_tree, cached),  # [N] cached + depth
     attention_mask=trees.attention_mask(draft_tree, cached),  # [N, cached + N]
-)  # fmt: skip  [N, V]
+)  # [N, V]
 target_probs = np.stack([target_distribution(row, GREEDY) for row in tree_logits])  # [N, V]
 verdict = verify(draft_tree, target_probs, rng)
-print(f"{len(draft_tree)} nodes, depths {np.bincount(trees.depths(draft_tree)).tolist()}; "
-      f"accepted {len(verdict.accepted)}, then the target adds {show(verdict.next_token)!r}")  # fmt: skip
-print(repr(tokenizer.decode(prompt_ids[-12:])), "+",
-      repr(tokenizer.decode(draft_tree.tokens[verdict.accepted].tolist() + [verdict.next_token])))  # fmt: skip
+emitted = [*draft_tree.tokens[verdict.accepted].tolist(), verdict.next_token]
+per_depth = np.bincount(trees.depths(draft_tree)).tolist()
+print(f"{len(draft_tree)} nodes, per depth {per_depth}; {len(verdict.accepted)} accepted, then "
+      f"the target's own token {show(verdict.next_token)!r}")  # fmt: skip
+print(repr(tokenizer.decode(prompt_ids)), "+", repr(tokenizer.decode(emitted)))
 
 
 def draw_tree(tree, verdict, draft_logits, ax):
@@ -279,5 +279,6 @@ plt.show()
 for (corpus, ids), chain, tree in zip(prompts, runs["chain:5"], runs["default"], strict=True):
     vanilla = generate(params, config, ids, max_new_tokens=n_new)
     assert chain.tokens == vanilla.tokens and tree.tokens == vanilla.tokens
-    print(f"{corpus:5}: identical {len(vanilla.tokens)} tokens; target forwards: vanilla "
-          f"{vanilla.target_forwards}, chain {chain.target_forwards}, tree {tree.target_forwards}")  # fmt: skip
+    forwards = vanilla.target_forwards, chain.target_forwards, tree.target_forwards
+    print(f"{corpus:5}: the same {len(vanilla.tokens)} tokens; target forwards: "
+          "vanilla {}, chain {}, tree {}".format(*forwards))  # fmt: skip

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import os
 
-import pytest
-from hypothesis import settings
+# The suite's matrices are small: one BLAS thread is as fast, and two threads per process thrash
+# when a second process (a notebook kernel, a subprocess) shares the two cores. Must be set before
+# NumPy is first imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
 
 # NumPy calls have variable latency on shared machines, so no per-example deadline; CI runs are
 # derandomized so that a red CI is reproducible (HYPOTHESIS_PROFILE=dev explores new examples).

@@ -440,3 +440,16 @@ def test_real_tokenizer_round_trips_through_a_checkpoint(tmp_path, params):
     save_checkpoint(tmp_path / "ckpt", params, NANO, tokenizer)
     _, _, loaded = load_checkpoint(tmp_path / "ckpt")
     assert loaded.encode("checkpoint") == tokenizer.encode("checkpoint")
+
+
+def test_saved_checkpoint_is_readable_by_everyone(tmp_path):
+    """mkdtemp creates 0o700 directories; a shipped model must be readable by other users."""
+    import stat
+
+    from minieagle.config import preset
+    from minieagle.model import init_params
+
+    directory = save_checkpoint(tmp_path / "m", init_params(preset("nano")), preset("nano"))
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o755
+    for child in directory.iterdir():
+        assert stat.S_IMODE(child.stat().st_mode) == 0o644, child.name

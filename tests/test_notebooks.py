@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.py"))
 DEFAULT_TIMEOUT_S = 300  # whole notebook, kernel start included
-TIMEOUT_S = {"01_tiny_llama": 120}  # about 5 s on an idle 2-core machine
+TIMEOUT_S = {"01_tiny_llama": 120}  # 1-2 s of cells on 2 busy cores, plus kernel start
 
 
 def _kernel_manager() -> AsyncKernelManager:
@@ -77,9 +77,14 @@ def run_notebook(path: Path, timeout_s: float) -> None:
 
 @pytest.fixture
 def notebook_env(monkeypatch):
-    """FAST mode, no display, and this source tree first on the kernel's import path."""
+    """FAST mode, no display, and this source tree first on the kernel's import path.
+
+    OpenBLAS gets one thread unless told otherwise: our matrices are small, and on two busy cores
+    its spinning threads made notebook 01 take 25-30 s instead of 1-2 s.
+    """
     monkeypatch.setenv("MINIEAGLE_FAST", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", os.environ.get("OPENBLAS_NUM_THREADS", "1"))
     path = os.environ.get("PYTHONPATH")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), path])))
 
