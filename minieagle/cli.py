@@ -40,8 +40,9 @@ def _drafter_factory(args, config, params=None):
     from minieagle.drafters import build_drafter
 
     draft_model = head = None
-    tree = "default" if args.tree == "default" else f"chain:{args.depth}"
-    if args.method == "eagle1":
+    depth = getattr(args, "depth", None)
+    tree = "default" if args.tree == "default" else f"chain:{depth or 5}"
+    if args.method in ("eagle1", "eagle2"):
         from minieagle.eagle1 import load_head
 
         head = load_head(args.head, dtype=params["model.embed_tokens.weight"].dtype)
@@ -56,6 +57,8 @@ def _drafter_factory(args, config, params=None):
     method, gamma = args.method, args.gamma
     target = (params, config)
     kwargs = dict(draft_model=draft_model, gamma=gamma, target=target, head=head, tree=tree)
+    if method == "eagle2":
+        kwargs.update(depth=depth, top_k=args.tree_top_k, total_tokens=args.total_tokens)
     build_drafter(method, **kwargs)  # validate now
     return lambda: build_drafter(method, **kwargs)
 
@@ -100,6 +103,7 @@ def cmd_demo(args) -> int:
     for label, method, directory in (
         ("draft-model", "draft-model", args.draft_model),
         ("eagle1", "eagle1", args.head),
+        ("eagle2", "eagle2", args.head),
     ):
         if (Path(directory) / "model.safetensors").is_file():
             args.method, args.tree = method, "default"
@@ -207,9 +211,10 @@ def cmd_bench(args) -> int:
             ("draft-model", "draft-model", "default"),
             ("eagle1-tree", "eagle1", "default"),
             ("eagle1-chain", "eagle1", "chain"),
+            ("eagle2", "eagle2", "default"),
         ]
         for label, method, tree in variants:
-            if method == "eagle1" and not Path(args.head).is_dir():
+            if method in ("eagle1", "eagle2") and not Path(args.head).is_dir():
                 print(f"[bench: no EAGLE-1 head at {args.head}; {label} skipped]", file=sys.stderr)
                 continue
             args.method, args.tree = method, tree
@@ -242,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--method",
             default="vanilla",
-            choices=["vanilla", "draft-model", "eagle1"],
+            choices=["vanilla", "draft-model", "eagle1", "eagle2"],
             help="decoding method (default: vanilla)",
         )
         p.add_argument(
@@ -255,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--head",
             default=str(DEFAULT_HEAD),
-            help="EAGLE-1 head directory for --method eagle1",
+            help="EAGLE-1 head directory for --method eagle1 and eagle2 (same weights)",
         )
         p.add_argument(
             "--tree",
@@ -263,7 +268,25 @@ def build_parser() -> argparse.ArgumentParser:
             default="default",
             help="EAGLE-1 static tree: the 26-token default, or a chain of --depth drafts",
         )
-        p.add_argument("--depth", type=int, default=5, help="drafts in the chain (--tree chain)")
+        p.add_argument(
+            "--depth",
+            type=int,
+            help="eagle1 --tree chain: drafts in the chain (default 5); eagle2: expansion "
+            "steps, so the tree is up to depth + 1 drafts deep (default 5)",
+        )
+        p.add_argument(
+            "--tree-top-k",
+            dest="tree_top_k",
+            type=int,
+            help="eagle2: candidates expanded per level and children per candidate (default 8; "
+            "--top-k is the sampling filter)",
+        )
+        p.add_argument(
+            "--total-tokens",
+            dest="total_tokens",
+            type=int,
+            help="eagle2: tree nodes verified per cycle, the root included (default 26)",
+        )
 
     p = sub.add_parser("generate", help="continue a prompt with the target model")
     p.add_argument("prompt")

@@ -52,7 +52,7 @@ class NoDrafter:
         pass
 
 
-METHODS = ("vanilla", "draft-model", "eagle1")
+METHODS = ("vanilla", "draft-model", "eagle1", "eagle2")
 
 
 def build_drafter(
@@ -63,12 +63,18 @@ def build_drafter(
     target=None,
     head=None,
     tree="default",
+    depth: int | None = None,
+    top_k: int | None = None,
+    total_tokens: int | None = None,
 ):
     """The drafter for a method name (None for vanilla).
 
     draft_model: (params, config) of the draft model, for "draft-model".
     target: (params, config) of the target, head: (head params, Eagle1Config) and tree: a static
-    tree ("default", "chain:D" or a path list of child ranks), for "eagle1"."""
+    tree ("default", "chain:D" or a path list of child ranks), for "eagle1".
+    "eagle2" takes the same target and head, and depth (expansion steps), top_k (candidates
+    expanded per level and children per candidate), total_tokens (nodes verified, root
+    included); None means the defaults of `minieagle.drafters.eagle2`."""
     if method == "vanilla":
         return None
     if method == "draft-model":
@@ -86,4 +92,14 @@ def build_drafter(
                 "(train one with `minieagle train eagle1`)"
             )
         return Eagle1Drafter(*target, *head, choices=tree)
+    if method == "eagle2":
+        from minieagle.drafters.eagle2 import Eagle2Drafter
+
+        if head is None or target is None:
+            raise ValueError(
+                "method 'eagle2' needs the target and a trained EAGLE-1 head; pass --head DIR "
+                "(train one with `minieagle train eagle1`)"
+            )
+        sizes = dict(depth=depth, top_k=top_k, total_tokens=total_tokens)
+        return Eagle2Drafter(*target, *head, **{k: v for k, v in sizes.items() if v is not None})
     raise ValueError(f"unknown method {method!r}; expected one of {list(METHODS)}")

@@ -15,7 +15,9 @@ Each cycle (`propose`):
    and itself. A tree of depth D costs D head forwards, catch-up included.
 `accept` drops the draft slots from the head cache and queues the newly committed pairs.
 
-The tree's shape is static: a path list of child ranks (`minieagle.static_trees`).
+The tree's shape is static: a path list of child ranks (`minieagle.static_trees`). The head
+machinery (cache, catch-up, one level per forward) lives in `HeadDrafter`, which EAGLE-2's
+dynamic tree (`minieagle.drafters.eagle2`) shares.
 """
 
 from __future__ import annotations
@@ -32,9 +34,10 @@ from minieagle.static_trees import resolve_tree
 from minieagle.tree import Tree
 
 
-class Eagle1Drafter:
-    """EAGLE-1: a feature-level draft head over a static tree (`choices`: a path list of child
-    ranks, "default" = EAGLE-1's 26-token tree, or "chain:D").
+class HeadDrafter:
+    """What EAGLE-1 and EAGLE-2 share (same head, same weights): the head KV cache holding only
+    committed real pairs, the catch-up forward, and one head forward over a level of tree nodes
+    with the tree mask and depth positions. Subclasses build the tree (`propose`).
 
     After each `propose`, `draft_logits` (float64 host [N, V]) holds the head's logits at each
     node of the returned tree: row i predicts node i's children (NaN for nodes never fed,
@@ -42,49 +45,25 @@ class Eagle1Drafter:
     """
 
     feature_keys: tuple = ("final",)
+    draft_slots: int = 0  # head-cache room for draft pairs beyond one pair per target position
 
-    def __init__(
-        self,
-        target_params,
-        target_config: LlamaConfig,
-        head: dict,
-        head_cfg: Eagle1Config,
-        *,
-        choices="default",
-    ):
+    def __init__(self, target_params, target_config: LlamaConfig, head: dict, head_cfg):
         _check_head(target_config, head, head_cfg)
         self.target_params, self.target_config = target_params, target_config
         self.head, self.head_cfg = head, head_cfg
-        self.paths = resolve_tree(choices)  # sorted by depth, then ranks: parents first
         self.embed = target_params["model.embed_tokens.weight"]
         self.xp = array_module(self.embed)
         self.draft_logits = None
 
-    # ------------------------------------------------------------------------ the protocol
-
     def begin(self, prompt_ids, features, sampling: SamplingParams) -> None:
         self.sampling = sampling
         capacity = self.target_config.max_position_embeddings  # one pair per target position
-        self.cache = new_head_cache(self.head_cfg, self.head, capacity)
+        self.cache = new_head_cache(self.head_cfg, self.head, capacity + self.draft_slots)
         self.committed = 0  # head cache positions holding real pairs
         self.root_prediction = None  # (f̂ [d], host logits [V]) at the root after catch-up
         # Pair t = (f_t, x_{t+1}) for t = 0 .. n-2, read at the next catch-up.
         self.pending_tokens = [int(t) for t in prompt_ids[1:]]
         self.pending_features = [features["final"]] if self.pending_tokens else []
-
-    def propose(self, root: int, rng: Randomness, max_nodes: int) -> Tree:
-        self.cache.crop(self.committed)  # no draft slots from an earlier call
-        alone = Tree(np.asarray([root]), np.asarray([-1]))
-        self.draft_logits = None
-        if max_nodes < 2:
-            return alone
-        self._catch_up()
-        if self.root_prediction is None:  # a one-token prompt: no feature yet
-            return alone
-        budget = min(max_nodes - 1, self.cache.capacity - self.cache.length)
-        # A prefix of the sorted paths is a tree: the deepest, least likely nodes go first.
-        paths = self.paths[:budget]
-        return self._expand(root, paths, rng)
 
     def accept(self, tokens, features, next_token: int) -> None:
         self.cache.crop(self.committed)
@@ -92,7 +71,15 @@ class Eagle1Drafter:
         self.pending_tokens += [*(int(t) for t in tokens[1:]), int(next_token)]
         self.pending_features.append(features["final"])  # [len(tokens), d]
 
-    # ------------------------------------------------------------------------ internals
+    def _start_cycle(self, max_nodes: int) -> bool:
+        """Drop earlier draft slots and catch up; False when no tree can be drafted (no room
+        for a draft, or a one-token prompt with no feature yet)."""
+        self.cache.crop(self.committed)  # no draft slots from an earlier call
+        self.draft_logits = None
+        if max_nodes < 2:
+            return False
+        self._catch_up()
+        return self.root_prediction is not None
 
     def _head(self, tokens, features, **placement):
         """One head forward appending to the head cache: (f̂ [T, d], logits [T, V]).
@@ -119,6 +106,60 @@ class Eagle1Drafter:
         self.committed = self.cache.length
         self.root_prediction = (predicted[-1, ...], _host(logits[-1, ...]))
         self.pending_tokens, self.pending_features = [], []
+
+    def _feed_level(self, fed, tokens, parents, predicted, logits, slot) -> None:
+        """One head forward over the nodes `fed` (all at one depth): pair (f̂ at the parent,
+        node token) at position (root pair's position + depth), tree attention mask.
+
+        tokens, parents: per node id (node 0 = the root, parents[0] = -1); predicted (node ->
+        f̂ [d]) and logits (node -> host [V]) must hold the parents; slot (node -> head cache
+        slot) the ancestors below the root. Fills predicted, logits and slot for `fed`."""
+        base, count = self.cache.length, len(fed)
+        depth = _depth(fed[0], parents)
+        mask = np.zeros((count, base + count), dtype=bool)  # [T, cached + T]
+        mask[:, : self.committed] = True
+        for i, node in enumerate(fed):
+            ancestor = parents[node]
+            while ancestor != 0:
+                mask[i, slot[ancestor]] = True
+                ancestor = parents[ancestor]
+            mask[i, base + i] = True
+            slot[node] = base + i
+        positions = np.full(count, self.committed - 1 + depth)  # [T], one position per level
+        features = self.xp.stack([predicted[parents[node]] for node in fed])  # [T, d]
+        out, level_logits = self._head(
+            [tokens[n] for n in fed], features, position_ids=positions, attention_mask=mask
+        )
+        rows = _host(level_logits)  # [T, V], one transfer per level
+        for i, node in enumerate(fed):
+            predicted[node] = out[i, ...]
+            logits[node] = rows[i]
+
+
+class Eagle1Drafter(HeadDrafter):
+    """EAGLE-1: a feature-level draft head over a static tree (`choices`: a path list of child
+    ranks, "default" = EAGLE-1's 26-token tree, or "chain:D"). `draft_logits`: see HeadDrafter.
+    """
+
+    def __init__(
+        self,
+        target_params,
+        target_config: LlamaConfig,
+        head: dict,
+        head_cfg: Eagle1Config,
+        *,
+        choices="default",
+    ):
+        super().__init__(target_params, target_config, head, head_cfg)
+        self.paths = resolve_tree(choices)  # sorted by depth, then ranks: parents first
+
+    def propose(self, root: int, rng: Randomness, max_nodes: int) -> Tree:
+        if not self._start_cycle(max_nodes):
+            return Tree(np.asarray([root]), np.asarray([-1]))
+        budget = min(max_nodes - 1, self.cache.capacity - self.cache.length)
+        # A prefix of the sorted paths is a tree: the deepest, least likely nodes go first.
+        paths = self.paths[:budget]
+        return self._expand(root, paths, rng)
 
     def _expand(self, root: int, paths, rng: Randomness) -> Tree:
         """Fill the static tree level by level: children from the draft distribution at their
@@ -151,30 +192,6 @@ class Eagle1Drafter:
         for node, row in logits.items():
             self.draft_logits[node] = row
         return Tree(np.asarray(tokens), np.asarray(parents), tuple(proposals))
-
-    def _feed_level(self, fed, tokens, parents, predicted, logits, slot) -> None:
-        """One head forward over the nodes `fed` (all at one depth): pair (f̂ at the parent,
-        node token) at position (root pair's position + depth), tree attention mask."""
-        base, count = self.cache.length, len(fed)
-        depth = _depth(fed[0], parents)
-        mask = np.zeros((count, base + count), dtype=bool)  # [T, cached + T]
-        mask[:, : self.committed] = True
-        for i, node in enumerate(fed):
-            ancestor = parents[node]
-            while ancestor != 0:
-                mask[i, slot[ancestor]] = True
-                ancestor = parents[ancestor]
-            mask[i, base + i] = True
-            slot[node] = base + i
-        positions = np.full(count, self.committed - 1 + depth)  # [T], one position per level
-        features = self.xp.stack([predicted[parents[node]] for node in fed])  # [T, d]
-        out, level_logits = self._head(
-            [tokens[n] for n in fed], features, position_ids=positions, attention_mask=mask
-        )
-        rows = _host(level_logits)  # [T, V], one transfer per level
-        for i, node in enumerate(fed):
-            predicted[node] = out[i, ...]
-            logits[node] = rows[i]
 
     def _children(self, logits: np.ndarray, count: int, rng: Randomness) -> list[tuple]:
         """Up to `count` (token, proposal) pairs for the children of a node whose draft logits
