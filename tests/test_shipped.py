@@ -94,8 +94,31 @@ def test_greedy_speculative_equals_greedy_vanilla_on_heldout_prompts(shipped_flo
     for _, prompt in heldout_prompts(tokenizer, per_corpus=3, length=24):
         vanilla = generate(params, config, prompt, max_new_tokens=24, stop_at_eos=False)
         drafter = DraftModelDrafter(draft_params, draft_config, gamma=4)
-        spec = generate(params, config, prompt, drafter=drafter, max_new_tokens=24,
-                        stop_at_eos=False)
+        spec = generate(
+            params, config, prompt, drafter=drafter, max_new_tokens=24, stop_at_eos=False
+        )
         assert spec.tokens == vanilla.tokens
         accepted += sum(spec.accepted_per_cycle)
     assert accepted > 0  # the draft model really proposes tokens the target keeps
+
+
+@pytest.mark.parametrize("method", ["eagle1", "eagle1-chain", "eagle2"])
+def test_greedy_eagle_equals_greedy_vanilla_on_heldout_prompts(shipped_float64, method):
+    from minieagle.cli import DEFAULT_HEAD
+    from minieagle.drafters import build_drafter
+    from minieagle.eagle1 import load_head
+
+    (params, config, tokenizer), _ = shipped_float64
+    head = load_head(DEFAULT_HEAD, dtype=np.float64)
+    name, _, variant = method.partition("-")
+    options = {"tree": "chain:5"} if variant == "chain" else {}
+    accepted = 0
+    for _, prompt in heldout_prompts(tokenizer, per_corpus=3, length=24):
+        vanilla = generate(params, config, prompt, max_new_tokens=24, stop_at_eos=False)
+        drafter = build_drafter(name, target=(params, config), head=head, **options)
+        spec = generate(
+            params, config, prompt, drafter=drafter, max_new_tokens=24, stop_at_eos=False
+        )
+        assert spec.tokens == vanilla.tokens
+        accepted += sum(spec.accepted_per_cycle)
+    assert accepted > 0
