@@ -176,6 +176,18 @@ def format_report(results: dict) -> str:
         f"speed peaks at depth={b['depth']}, total_tokens={b['total_tokens']}: "
         f"{b['speedup']['median']:.2f}x [{b['speedup']['min']:.2f}..{b['speedup']['max']:.2f}], "
         f"tau {b['tau']:.2f}",
+    ]
+    edges = [
+        f"--{name} {value}"
+        for name, value, values in (
+            ("depths", b["depth"], depths),
+            ("totals", b["total_tokens"], totals),
+        )
+        if len(values) > 1 and value in (values[0], values[-1])
+    ]
+    if edges:
+        lines.append(f"  (on the edge of the grid: {', '.join(edges)}; extend the grid past it)")
+    lines += [
         f"greedy outputs differing from vanilla (float32 near-ties): at most {differ:.0%}",
         "",
     ]
@@ -253,4 +265,7 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ValueError, FileNotFoundError) as error:
+        raise SystemExit(f"error: {error}") from None
