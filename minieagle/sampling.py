@@ -174,6 +174,17 @@ class SeededRandomness:
         return _inverse_cdf(probs, self._generator.random())
 
 
+def top_k_indices(values: np.ndarray, k: int) -> np.ndarray:
+    """The indices of the k largest entries of a host vector [V], largest first, the lowest index
+    on ties: `argsort(-values, kind="stable")[:k]` without sorting all V (partition first)."""
+    k = min(k, values.shape[-1])
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    kth = np.partition(values, values.shape[-1] - k)[values.shape[-1] - k]  # k-th largest
+    candidates = np.flatnonzero(values >= kth)  # ascending ids: every tie at the k-th value
+    return candidates[np.argsort(-values[candidates], kind="stable")[:k]]
+
+
 def sample_token(logits, params: SamplingParams, rng: Randomness) -> int:
     """The next token id: the argmax when greedy (rng untouched), else one draw from
     `target_distribution(logits, params)`. logits: [V] on any array module."""

@@ -440,3 +440,16 @@ def test_coin_rejects_non_probabilities(p_true):
 def test_draw_rejects_non_probability_vectors(probs, match):
     with pytest.raises(ValueError, match=match):
         SeededRandomness(0).draw(np.array(probs, dtype=np.float64))
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    st.lists(st.integers(-3, 3), min_size=1, max_size=40).map(lambda v: np.asarray(v, float)),
+    st.integers(0, 45),
+)
+def test_top_k_indices_equals_a_stable_full_sort(values, k):
+    """Ties (many, with small integer values) keep the lowest index, as a stable sort does."""
+    from minieagle.sampling import top_k_indices
+
+    expected = np.argsort(-values, kind="stable")[:k]
+    assert top_k_indices(values, k).tolist() == expected.tolist()

@@ -29,7 +29,7 @@ import numpy as np
 from minieagle.backend import array_module, to_device, to_host
 from minieagle.config import LlamaConfig
 from minieagle.eagle1 import Eagle1Config, head_forward, head_param_shapes, new_head_cache
-from minieagle.sampling import Randomness, SamplingParams, target_distribution
+from minieagle.sampling import Randomness, SamplingParams, target_distribution, top_k_indices
 from minieagle.static_trees import resolve_tree
 from minieagle.tree import Tree
 
@@ -200,7 +200,7 @@ class Eagle1Drafter(HeadDrafter):
         like the target's; child j carries q with children 0..j-1 removed and renormalised, the
         distribution it was drawn from. Fewer children when q has fewer nonzero entries."""
         if self.sampling.greedy:
-            order = np.argsort(-logits, kind="stable")[:count]  # [count] most likely first
+            order = top_k_indices(np.asarray(logits), count)  # [count] most likely first
             return [(int(token), None) for token in order]
         q = target_distribution(logits, self.sampling)  # [V] float64
         children = []
