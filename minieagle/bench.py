@@ -166,6 +166,40 @@ def measure_decode(params, config: LlamaConfig, prompts, *, new_tokens: int, rep
     }
 
 
+def measure_verify_cost(
+    params, config: LlamaConfig, prompt, *, sizes=(1, 4, 8, 16, 26, 48), repeats: int = 7
+) -> dict:
+    """Cost of one verification forward against the tree size: N chain tokens after a cached
+    prompt (a chain has the same matmul shapes as any tree of N nodes), relative to N = 1.
+
+    On a GPU LLM a decoding step is memory-bound and N tokens cost about as much as one; here the
+    ratio shows how far that holds for a small model on a CPU."""
+    from minieagle import tree as trees
+
+    cache = KVCache.for_model(config, params, capacity=len(prompt) + max(sizes))
+    model.forward(params, config, np.asarray(prompt), cache=cache)
+    cached = cache.length
+    times = {n: [] for n in sizes}
+    for _ in range(repeats):
+        for n in sizes:
+            chain = trees.Tree.chain(prompt[-1], [prompt[-1]] * (n - 1))
+            tokens = np.asarray(chain.tokens)
+            positions = trees.position_ids(chain, cached)
+            mask = trees.attention_mask(chain, cached)
+            start = time.perf_counter()
+            model.forward(
+                params, config, tokens, position_ids=positions, attention_mask=mask, cache=cache
+            )
+            times[n].append(1e3 * (time.perf_counter() - start))
+            cache.crop(cached)
+    one = statistics.median(times[sizes[0]])
+    return {
+        "prompt_tokens": len(prompt),
+        "ms": {str(n): _spread(t) for n, t in times.items()},
+        "relative_to_one": {str(n): statistics.median(t) / one for n, t in times.items()},
+    }
+
+
 def measure_layer_ratio(
     params, config: LlamaConfig, prompt, *, repeats: int = 7, inner: int = 20
 ) -> dict:
@@ -289,6 +323,11 @@ def _print_report(r: dict) -> None:
     print(_row("whole forward", lay["forward_ms"], "ms", digits=3))
     print(_row("decoder layer 0", lay["layer_ms"], "ms", digits=3))
     print(_row("layer / forward", lay["layer_over_forward"], "", digits=4))
+    ver = r["verify"]
+    print(f"verification forward of N tree tokens after {ver['prompt_tokens']} cached ones:")
+    for n, stats in ver["ms"].items():
+        label = f"N = {n} ({ver['relative_to_one'][n]:.2f}x N = 1)"
+        print(_row(label, stats, "ms", digits=3))
     print(f"training: batch {tr['batch_size']} x seq {tr['seq_len']}, random tokens, AdamW")
     print(_row("tokens/s", tr["tokens_per_s"], "tok/s", digits=0))
     print(_row("step", tr["step_s"], "s"))
@@ -323,6 +362,7 @@ def run_bench(args) -> dict:
             params, config, prompts, new_tokens=args.new_tokens, repeats=args.repeats
         ),
         "layer": measure_layer_ratio(params, config, prompts[0], repeats=max(5, args.repeats)),
+        "verify": measure_verify_cost(params, config, prompts[0], repeats=max(5, args.repeats)),
         "training": measure_training(params, config, peak_gflops=matmul["peak_gflops"]),
     }
     results["peak_rss_mb"] = _peak_rss_mb()
