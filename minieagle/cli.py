@@ -186,7 +186,7 @@ def _train_eagle1(args) -> int:
             )
     names = ("target", "inputs", "noise", "out_dir", "steps", "batch_size", "seq_len", "lr")
     names += ("warmup_steps", "eval_every", "eval_batches", "save_every", "seed")
-    names += ("export_dir", "export_dtype", "max_train_chars")
+    names += ("export_dir", "export_dtype", "max_train_chars", "data", "generated_tokens")
     fields = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     cfg = EagleTrainConfig(**fields)
     log = train_eagle1(cfg, resume=not args.no_resume, progress=not args.quiet)
@@ -313,6 +313,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--inputs",
         choices=["token+feature", "token", "feature"],
         help="eagle1: what the head reads (default token+feature; the others are ablations)",
+    )
+    p.add_argument(
+        "--data",
+        choices=["corpus", "generated"],
+        help="eagle1: train on the corpora (default) or on continuations the target writes",
+    )
+    p.add_argument(
+        "--generated-tokens",
+        dest="generated_tokens",
+        type=int,
+        help="eagle1 --data generated: how many tokens the target writes first (200000)",
     )
     p.add_argument(
         "--noise", type=float, help="eagle1: half-width of the U(-a, a) feature noise (0.1)"

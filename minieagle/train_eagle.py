@@ -34,6 +34,7 @@ from minieagle.train import _load_state, _save_state, sample_batch, token_stream
 
 DEFAULT_TARGET = str(Path(__file__).parent / "pretrained" / "small")
 RUN_FILE = "eagle_train_config.json"
+DATA_SOURCES = ("corpus", "generated")
 
 
 @dataclass
@@ -61,6 +62,10 @@ class EagleTrainConfig:
     export_dir: str = ""  # where the final head goes; "" = out_dir/final
     export_dtype: str = "float32"
     max_train_chars: int = 0  # 0 = the whole train split; else a prefix per corpus (tests)
+    data: str = "corpus"  # "corpus" (teacher forcing on the corpora) or "generated" (below)
+    generated_tokens: int = 200_000  # with data="generated": tokens the target writes first
+    generate_temperature: float = 1.0  # ... sampled at this temperature (0 = greedy)
+    prompt_tokens: int = 16  # ... each continuing a prompt of this many corpus tokens
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len", "eval_every", "eval_batches", "save_every"):
@@ -70,6 +75,13 @@ class EagleTrainConfig:
             raise ValueError(f"inputs={self.inputs!r} is not one of {INPUTS}")
         if self.noise < 0:
             raise ValueError(f"noise={self.noise} is negative; pass a half-width such as 0.1")
+        if self.data not in DATA_SOURCES:
+            raise ValueError(f"data={self.data!r} is not one of {DATA_SOURCES}")
+        if self.data == "generated" and self.generated_tokens < 2 * (self.seq_len + 1):
+            raise ValueError(
+                f"generated_tokens={self.generated_tokens} is too few for windows of "
+                f"{self.seq_len + 1}; pass at least {2 * (self.seq_len + 1)}"
+            )
         self.corpora = tuple(self.corpora)
 
 
@@ -84,6 +96,55 @@ def target_pairs(target_params, target_config, windows: np.ndarray):
     _, hidden, _ = model.forward(target_params, target_config, windows, output_hidden=("final",))
     features = hidden["final"]  # [B, L + 1, d]
     return windows[:, 1:], features[:, :-1], features[:, 1:]
+
+
+def generated_stream(
+    target_params,
+    target_config,
+    prompt_streams,
+    cfg: EagleTrainConfig,
+    cache_path: Path | None,
+    progress: bool = False,
+) -> np.ndarray:
+    """Training text written by the target itself (EAGLE paper §4.3.3, "target-generated data";
+    EAGLE-3 regenerates all its data this way): continuations of random corpus prompts, sampled
+    at `generate_temperature`, concatenated (each prompt included) into one stream int32 [N].
+
+    Cached at `cache_path` (written atomically), so a resumed run reads the same text."""
+    from minieagle.generate import generate
+    from minieagle.sampling import SamplingParams
+
+    if cache_path is not None and cache_path.exists():
+        return np.load(cache_path)
+    rng = np.random.default_rng(cfg.seed + 1)
+    sampling = SamplingParams(temperature=cfg.generate_temperature)
+    length = cfg.seq_len + 1 - cfg.prompt_tokens  # one window per continuation
+    pieces, total = [], 0
+    bar = tqdm(total=cfg.generated_tokens, disable=not progress, desc="target writes", unit="tok")
+    while total < cfg.generated_tokens:
+        stream = prompt_streams[rng.integers(len(prompt_streams))]
+        start = rng.integers(0, len(stream) - cfg.prompt_tokens)
+        prompt = stream[start : start + cfg.prompt_tokens].tolist()
+        result = generate(
+            target_params,
+            target_config,
+            prompt,
+            max_new_tokens=length,
+            sampling=sampling,
+            seed=int(rng.integers(2**31)),
+            stop_at_eos=False,
+        )
+        piece = np.asarray(prompt + result.tokens, dtype=np.int32)
+        pieces.append(piece)
+        total += len(piece)
+        bar.update(len(piece))
+    bar.close()
+    ids = np.concatenate(pieces)
+    if cache_path is not None:
+        tmp = cache_path.with_name(cache_path.name + ".tmp.npy")
+        np.save(tmp, ids)
+        tmp.replace(cache_path)
+    return ids
 
 
 def _validation_windows(stream: np.ndarray, seq_len: int, count: int) -> np.ndarray:
@@ -145,6 +206,13 @@ def train_eagle1(cfg: EagleTrainConfig, *, resume: bool = True, progress: bool =
     train_streams = [
         token_stream(tokenizer, c, "train", out_dir, cfg.max_train_chars)[0] for c in cfg.corpora
     ]
+    if cfg.data == "generated":  # validation stays on the corpora: what the drafter will meet
+        name = f"generated-{cfg.generated_tokens}-T{cfg.generate_temperature}-s{cfg.seed}.npy"
+        train_streams = [
+            generated_stream(
+                target_params, target_config, train_streams, cfg, out_dir / name, progress
+            )
+        ]
     val_pairs = {}  # the target runs once over the fixed validation windows
     for corpus in cfg.corpora:
         stream, _ = token_stream(tokenizer, corpus, "val", out_dir, cfg.max_train_chars)

@@ -211,3 +211,49 @@ def test_bad_configurations_are_refused(tmp_path, target_dir, changes, message):
     with pytest.raises(ValueError) as error:
         train_eagle1(_config(target_dir, tmp_path, **changes), progress=False)
     assert message in str(error.value)
+
+
+def test_training_on_target_generated_continuations(tmp_path, target_dir):
+    """data="generated": the target writes the training text first (cached, so a rerun reads the
+    same text instead of generating again); the head trains on it and is exported."""
+    from minieagle import train_eagle
+
+    cfg = _config(target_dir, tmp_path / "gen", data="generated", generated_tokens=400, steps=4)
+    log = train_eagle.train_eagle1(cfg, progress=False)
+    assert Path(log["export_dir"], "model.safetensors").is_file()
+    cached = list((tmp_path / "gen").glob("generated-*.npy"))
+    assert len(cached) == 1
+    text = np.load(cached[0])
+    assert len(text) >= 400 and text.min() >= 0
+
+    cfg_again = _config(
+        target_dir, tmp_path / "gen", data="generated", generated_tokens=400, steps=6
+    )
+    train_eagle.train_eagle1(cfg_again, progress=False)
+    assert np.array_equal(np.load(cached[0]), text)  # read from the cache, not regenerated
+
+
+def test_generated_text_continues_prompts_with_the_targets_greedy_tokens(tmp_path, target_dir):
+    from minieagle.checkpoint import load_checkpoint
+    from minieagle.generate import greedy_reference
+    from minieagle.train_eagle import generated_stream
+
+    params, config, _ = load_checkpoint(target_dir)
+    cfg = _config(
+        target_dir,
+        tmp_path,
+        data="generated",
+        generated_tokens=60,
+        seq_len=15,
+        generate_temperature=0.0,
+        prompt_tokens=6,
+    )
+    corpus = np.arange(3, 203, dtype=np.int32) % config.vocab_size
+    ids = generated_stream(params, config, [corpus], cfg, None)
+    piece = ids[:16]  # prompt of 6 + 10 generated
+    assert piece[6:].tolist() == greedy_reference(params, config, piece[:6].tolist(), 10)
+
+
+def test_unknown_data_source_is_refused(tmp_path, target_dir):
+    with pytest.raises(ValueError, match="data='web' is not one of"):
+        _config(target_dir, tmp_path, data="web")
