@@ -342,3 +342,52 @@ def reference_greedy_verify(tree: Tree, target_argmax) -> tuple[list[int], int]:
                 break
         else:
             return accepted, int(target_argmax[node])
+
+
+# ---------------------------------------------------------------------------- the real decode loop
+
+
+def generation_law(
+    params, config, prompt, make_drafter: Callable, sampling, k: int
+) -> tuple[dict[tuple, float], set[int]]:
+    """Exact law of the first k tokens `minieagle.generate.generate` emits for `prompt` with a
+    fresh drafter from `make_drafter()` (None: vanilla), every drafting and verification choice
+    enumerated. Returns (law {tokens: probability}, the set of per-cycle accept counts seen, so
+    a test can check that acceptances and rejections both happened)."""
+    from minieagle.generate import generate
+
+    def run(rng):
+        result = generate(
+            params,
+            config,
+            prompt,
+            drafter=make_drafter(),
+            sampling=sampling,
+            rng=rng,
+            max_new_tokens=k,
+            stop_at_eos=False,
+        )
+        return tuple(result.tokens), tuple(result.accepted_per_cycle)
+
+    law: dict[tuple, float] = defaultdict(float)
+    accepts: set[int] = set()
+    for (tokens, cycles), prob in exact_distribution(run).items():
+        law[tokens] += prob
+        accepts.update(cycles)
+    return dict(law), accepts
+
+
+def target_law(params, config, prompt, sampling, k: int) -> dict[tuple, float]:
+    """The target's own law of its next k tokens: full, uncached forwards and the same logits
+    processing (`sampling.target_distribution`), the oracle for `generation_law`."""
+    from minieagle import model
+    from minieagle.backend import to_device
+    from minieagle.sampling import target_distribution
+
+    embed = params["model.embed_tokens.weight"]
+
+    def next_dist(context):
+        logits, _, _ = model.forward(params, config, to_device(list(context), embed))
+        return target_distribution(logits[-1], sampling)
+
+    return autoregressive_law(next_dist, tuple(prompt), k)

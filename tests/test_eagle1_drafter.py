@@ -30,7 +30,11 @@ from minieagle.eagle1 import Eagle1Config, head_forward, init_head, new_head_cac
 from minieagle.generate import generate, greedy_reference
 from minieagle.sampling import SamplingParams, SeededRandomness, target_distribution
 from minieagle.static_trees import DEFAULT_TREE, chain_tree, resolve_tree
-from minieagle.testing import autoregressive_law, exact_distribution, total_variation
+from minieagle.testing import (
+    generation_law,
+    target_law,
+    total_variation,
+)
 
 # A wide initialisation makes the target's next-token laws peaked and context-dependent; six
 # tokens let a random head's drafts be accepted often, so every branch of the loop runs.
@@ -136,24 +140,11 @@ def test_greedy_cases_accept_drafts_and_fill_the_context():
 
 
 def _law(prompt, make_drafter, sampling, n):
-    """Exact law of generate's first n tokens, and the set of accept counts walked."""
-    outcomes = exact_distribution(
-        lambda rng: (lambda r: (tuple(r.tokens), tuple(r.accepted_per_cycle)))(
-            _run(prompt, make_drafter(), sampling, rng, n)
-        )
-    )
-    law: dict = {}
-    for (tokens, _), prob in outcomes.items():
-        law[tokens] = law.get(tokens, 0.0) + prob
-    return law, {a for _, cycles in outcomes for a in cycles}
+    return generation_law(TARGET, CONFIG, prompt, make_drafter, sampling, n)
 
 
 def _target_law(prompt, sampling, n):
-    def next_dist(context):
-        logits, _, _ = model.forward(TARGET, CONFIG, np.asarray(context))
-        return target_distribution(logits[-1], sampling)
-
-    return autoregressive_law(next_dist, tuple(prompt), n)
+    return target_law(TARGET, CONFIG, prompt, sampling, n)
 
 
 LAW_CASES = [

@@ -32,7 +32,11 @@ from minieagle.drafters.eagle2 import Eagle2Drafter
 from minieagle.eagle1 import Eagle1Config, head_forward, init_head, save_head
 from minieagle.generate import generate, greedy_reference
 from minieagle.sampling import SamplingParams, SeededRandomness, target_distribution
-from minieagle.testing import autoregressive_law, exact_distribution, total_variation
+from minieagle.testing import (
+    generation_law,
+    target_law,
+    total_variation,
+)
 from minieagle.tree import Tree
 
 CONFIG = LlamaConfig(
@@ -248,23 +252,11 @@ def test_greedy_cases_accept_drafts_and_fill_the_context():
 
 
 def _law(prompt, make_drafter, sampling, n):
-    outcomes = exact_distribution(
-        lambda rng: (lambda r: (tuple(r.tokens), tuple(r.accepted_per_cycle)))(
-            _run(prompt, make_drafter(), sampling, rng, n)
-        )
-    )
-    law: dict = {}
-    for (tokens, _), prob in outcomes.items():
-        law[tokens] = law.get(tokens, 0.0) + prob
-    return law, {a for _, cycles in outcomes for a in cycles}
+    return generation_law(TARGET, CONFIG, prompt, make_drafter, sampling, n)
 
 
 def _target_law(prompt, sampling, n):
-    def next_dist(context):
-        logits, _, _ = model.forward(TARGET, CONFIG, np.asarray(context))
-        return target_distribution(logits[-1], sampling)
-
-    return autoregressive_law(next_dist, tuple(prompt), n)
+    return target_law(TARGET, CONFIG, prompt, sampling, n)
 
 
 LAW_CASES = [
