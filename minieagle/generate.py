@@ -64,6 +64,23 @@ class GenerationResult:
         return 1e3 * self.decode_seconds / max(1, len(self.tokens))
 
 
+class _TargetDistributions:
+    """Row i: the processed target distribution after tree node i (float64 host [V]), computed
+    the first time verification asks for it. Verification reads only the nodes on the accepted
+    path, so a 26-node tree costs a few rows, not 26."""
+
+    def __init__(self, logits, sampling: SamplingParams):
+        self.logits, self.sampling, self.rows = logits, sampling, {}
+
+    def __len__(self) -> int:
+        return len(self.logits)
+
+    def __getitem__(self, node: int) -> np.ndarray:
+        if node not in self.rows:
+            self.rows[node] = target_distribution(self.logits[node], self.sampling)
+        return self.rows[node]
+
+
 def check_prompt(config: LlamaConfig, prompt_ids, max_new_tokens: int) -> None:
     """Errors for prompts the model cannot continue."""
     n = len(prompt_ids)
@@ -132,10 +149,7 @@ def generate(
             cache=cache,
             output_hidden=features,
         )
-        target_probs = np.stack(
-            [target_distribution(logits[i], sampling) for i in range(len(draft_tree))]
-        )
-        verdict = verify(draft_tree, target_probs, rng)
+        verdict = verify(draft_tree, _TargetDistributions(logits, sampling), rng)
         path = [0, *verdict.accepted]
         cache.keep(cached, path)
         kept_tokens = [int(t) for t in draft_tree.tokens[path]]

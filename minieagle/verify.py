@@ -69,7 +69,8 @@ def verify(tree: Tree, target_probs: np.ndarray, rng: Randomness) -> Verdict:
 
     tree: the draft tree (node 0 = root). target_probs: float64 [N, V], row i the processed
     target distribution after node i (`sampling.target_distribution` of the target's logits at
-    node i). Tokens < 0 are padding and are skipped. Returns the `Verdict`.
+    node i); any sequence of such rows works, e.g. one computing rows on demand. Tokens < 0
+    are padding and are skipped. Returns the `Verdict`.
     """
     if len(target_probs) != len(tree):
         raise ValueError(

@@ -28,7 +28,8 @@ Defaults: depth=5 (the paper's tree depth 6), top_k=8 (the official draft class'
 2048-token vocabulary is much smaller than LLaMA's, so the top 8 hold most of the draft's mass),
 total_tokens=26, the size of EAGLE-1's default tree: on a CPU, unlike a GPU, verifying more
 tokens is not free (the shipped 12-layer target, one thread: 26 tree tokens cost 3.25 times one
-token, 48 cost 4.72 times; `minieagle bench --suite model`), and at equal size `minieagle bench` compares the two trees' shapes alone.
+token, 48 cost 4.72 times; `minieagle bench --suite model`), and at equal size
+`minieagle bench` compares the two trees' shapes alone.
 """
 
 from __future__ import annotations
