@@ -19,15 +19,16 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny_eagle import CONFIG, HEAD, HEAD_CFG, LAW_TOLERANCE, TARGET, TOLERANCE, V
+from tiny_eagle import run as _run
 
 from minieagle import model
 from minieagle import tree as trees
-from minieagle.config import LlamaConfig
 from minieagle.drafters import build_drafter
 from minieagle.drafters import eagle1 as drafter_module
 from minieagle.drafters.eagle1 import Eagle1Drafter
 from minieagle.eagle1 import Eagle1Config, head_forward, init_head, new_head_cache, save_head
-from minieagle.generate import generate, greedy_reference
+from minieagle.generate import greedy_reference
 from minieagle.sampling import SamplingParams, SeededRandomness, target_distribution
 from minieagle.static_trees import DEFAULT_TREE, chain_tree, resolve_tree
 from minieagle.testing import (
@@ -36,44 +37,11 @@ from minieagle.testing import (
     total_variation,
 )
 
-# A wide initialisation makes the target's next-token laws peaked and context-dependent; six
-# tokens let a random head's drafts be accepted often, so every branch of the loop runs.
-CONFIG = LlamaConfig(
-    vocab_size=6,
-    hidden_size=16,
-    intermediate_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    max_position_embeddings=64,  # room for several cycles of the 26-node default tree
-    initializer_range=0.5,
-    bos_token_id=1,
-    eos_token_id=2,
-)
-TARGET = model.init_params(CONFIG, seed=0, dtype=np.float64)
-HEAD_CFG = Eagle1Config.from_target(CONFIG)
-HEAD = init_head(HEAD_CFG, seed=1, dtype=np.float64)
-V = CONFIG.vocab_size
-TOLERANCE = 1e-10  # float64; cached, tree-masked and uncached forwards differ in rounding only
-LAW_TOLERANCE = 1e-12
 SMALL_TREE = [[0], [1], [0, 0]]
 
 
 def _drafter(choices="default", cls=Eagle1Drafter):
     return cls(TARGET, CONFIG, HEAD, HEAD_CFG, choices=choices)
-
-
-def _run(prompt, drafter, sampling=None, rng=None, n=12):
-    return generate(
-        TARGET,
-        CONFIG,
-        prompt,
-        drafter=drafter,
-        sampling=sampling or SamplingParams(),
-        rng=rng or SeededRandomness(0),
-        max_new_tokens=n,
-        stop_at_eos=False,
-    )
 
 
 def _real_pairs(sequence, count: int):

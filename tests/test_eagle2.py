@@ -21,16 +21,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tiny_eagle import CONFIG, HEAD, HEAD_CFG, LAW_TOLERANCE, TARGET, TOLERANCE, V
+from tiny_eagle import run as _run
 
 from minieagle import dynamic_tree as dt
 from minieagle import model
 from minieagle import tree as trees
-from minieagle.config import LlamaConfig
 from minieagle.drafters import build_drafter
 from minieagle.drafters import eagle1 as head_module
 from minieagle.drafters.eagle2 import Eagle2Drafter
-from minieagle.eagle1 import Eagle1Config, head_forward, init_head, save_head
-from minieagle.generate import generate, greedy_reference
+from minieagle.eagle1 import head_forward, save_head
+from minieagle.generate import greedy_reference
 from minieagle.sampling import SamplingParams, SeededRandomness, target_distribution
 from minieagle.testing import (
     generation_law,
@@ -39,41 +40,9 @@ from minieagle.testing import (
 )
 from minieagle.tree import Tree
 
-CONFIG = LlamaConfig(
-    vocab_size=6,
-    hidden_size=16,
-    intermediate_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    max_position_embeddings=64,
-    initializer_range=0.5,
-    bos_token_id=1,
-    eos_token_id=2,
-)
-TARGET = model.init_params(CONFIG, seed=0, dtype=np.float64)
-HEAD_CFG = Eagle1Config.from_target(CONFIG)
-HEAD = init_head(HEAD_CFG, seed=1, dtype=np.float64)
-V = CONFIG.vocab_size
-TOLERANCE = 1e-10
-LAW_TOLERANCE = 1e-12
-
 
 def _drafter(depth=2, top_k=3, total_tokens=10, cls=Eagle2Drafter):
     return cls(TARGET, CONFIG, HEAD, HEAD_CFG, depth=depth, top_k=top_k, total_tokens=total_tokens)
-
-
-def _run(prompt, drafter, sampling=None, rng=None, n=12):
-    return generate(
-        TARGET,
-        CONFIG,
-        prompt,
-        drafter=drafter,
-        sampling=sampling or SamplingParams(),
-        rng=rng or SeededRandomness(0),
-        max_new_tokens=n,
-        stop_at_eos=False,
-    )
 
 
 # ---------------------------------------------------------------------------- pure selection
