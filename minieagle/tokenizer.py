@@ -246,6 +246,12 @@ class Tokenizer:
             return (self.PAD, self.BOS, self.EOS)[id].encode("ascii")
         return self._bytes[id]
 
+    def token_text(self, id: int) -> str:
+        """One token as readable text: its bytes decoded (invalid UTF-8 shown as U+FFFD), spaces
+        as ·, newlines as \\n. For tables and plots of tokens."""
+        text = self.token_bytes(int(id)).decode("utf-8", errors="replace")
+        return text.replace(" ", "·").replace("\n", "\\n")
+
     def save(self, path: str | os.PathLike) -> None:
         """Write the tokenizer as JSON to `path`, atomically (temporary file, then rename)."""
         path = Path(path)

@@ -292,3 +292,26 @@ def train_eagle1(cfg: EagleTrainConfig, *, resume: bool = True, progress: bool =
     log["export_dir"] = str(export_dir)
     (out_dir / "train_log.json").write_text(json.dumps(log, indent=2))
     return log
+
+
+def load_or_train_head(
+    head_dir, target_dir, *, steps: int, max_train_chars: int = 0, dtype=np.float64
+):
+    """The head in `head_dir` if it holds one, else a small stand-in trained now for `steps`
+    steps in a temporary directory (weaker than a real head; the notebooks use it so that they
+    run before, or without, the shipped head). Returns (head, Eagle1Config)."""
+    import tempfile
+
+    from minieagle.eagle1 import load_head
+
+    if (Path(head_dir) / "model.safetensors").is_file():
+        return load_head(head_dir, dtype=dtype)
+    print(f"no head in {head_dir}: training one for {steps} steps")
+    with tempfile.TemporaryDirectory() as run_dir:
+        cfg = EagleTrainConfig(
+            target=str(target_dir), out_dir=run_dir, steps=steps, batch_size=4, seq_len=64,
+            warmup_steps=5, eval_every=steps, eval_batches=1, save_every=steps,
+            max_train_chars=max_train_chars, export_dir=f"{run_dir}/head",
+        )  # fmt: skip
+        train_eagle1(cfg, progress=False)
+        return load_head(f"{run_dir}/head", dtype=dtype)

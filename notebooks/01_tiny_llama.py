@@ -32,10 +32,7 @@ print(config)
 print(f"{sum(p.size for p in params.values()) / 1e6:.2f}M parameters")
 
 
-def show(token_id):
-    """A token as readable text: bytes decoded, spaces as ·, newlines as \\n."""
-    text = tokenizer.token_bytes(int(token_id)).decode("utf-8", errors="replace")
-    return text.replace(" ", "·").replace("\n", "\\n")
+show = tokenizer.token_text  # a token as readable text: spaces as ·, newlines as \\n
 
 
 # %% [markdown]

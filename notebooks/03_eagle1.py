@@ -11,7 +11,6 @@
 # %%
 import itertools
 import os
-import tempfile
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -23,38 +22,26 @@ from minieagle.checkpoint import load_checkpoint
 from minieagle.cli import DEFAULT_MODEL, PRETRAINED
 from minieagle.data import load_split
 from minieagle.drafters.eagle1 import Eagle1Drafter
-from minieagle.eagle1 import eagle1_metrics, head_forward, load_head
+from minieagle.eagle1 import eagle1_metrics, head_forward
 from minieagle.generate import GenerationResult, generate
 from minieagle.kvcache import KVCache
 from minieagle.sampling import SamplingParams, SeededRandomness, target_distribution
-from minieagle.train_eagle import EagleTrainConfig, train_eagle1
+from minieagle.train_eagle import load_or_train_head
 from minieagle.verify import verify
 
 FAST = os.environ.get("MINIEAGLE_FAST") == "1"  # the test suite sets it: shorter loops
 GREEDY = SamplingParams()
 target_dir, head_dir = DEFAULT_MODEL, PRETRAINED / "small-eagle1"
 params, config, tokenizer = load_checkpoint(target_dir, dtype=np.float64)
-if (head_dir / "model.safetensors").is_file():
-    head, head_cfg = load_head(head_dir, dtype=np.float64)
-else:  # no shipped head: train a small stand-in, weaker than the real one
-    steps = 150 if FAST else 1000
-    print(f"no head in {head_dir}: training one for {steps} steps")
-    with tempfile.TemporaryDirectory() as run_dir:
-        train_eagle1(EagleTrainConfig(
-            target=str(target_dir), out_dir=run_dir, steps=steps, batch_size=4, seq_len=64,
-            warmup_steps=5, eval_every=steps, eval_batches=1, save_every=steps,
-            max_train_chars=40_000 if FAST else 0, export_dir=f"{run_dir}/head",
-        ), progress=False)  # fmt: skip
-        head, head_cfg = load_head(f"{run_dir}/head", dtype=np.float64)
+# No shipped head (yet)? A small stand-in is trained, weaker than the real one.
+head, head_cfg = load_or_train_head(head_dir, target_dir, steps=150 if FAST else 1000,
+                                    max_train_chars=40_000 if FAST else 0)
 lm_head = model.lm_head_weight(params)  # [V, d], tied to the embedding in the small target
 n_head, V = sum(w.size for w in head.values()), config.vocab_size
 print(f"head: fc {head['fc.weight'].shape} + one decoder layer, {n_head:,} trainable parameters")
 
 
-def show(token_id):
-    """A token as readable text: bytes decoded, spaces as ·, newlines as \\n."""
-    text = tokenizer.token_bytes(int(token_id)).decode("utf-8", errors="replace")
-    return text.replace(" ", "·").replace("\n", "\\n")
+show = tokenizer.token_text  # a token as readable text: spaces as ·, newlines as \\n
 
 
 def softmax(logits):

@@ -168,3 +168,10 @@ def test_shipped_tokenizers_load_and_round_trip(name: str, vocab_size: int) -> N
     assert tokenizer.vocab_size == vocab_size
     text = load_text("prose", "test")[:5_000]
     assert tokenizer.decode(tokenizer.encode(text)) == text
+
+
+def test_token_text_shows_spaces_and_newlines():
+    tok = Tokenizer.load(Path(__file__).parent.parent / "minieagle/pretrained/small/tokenizer.json")
+    ids = tok.encode(" x\n")
+    assert "".join(tok.token_text(i) for i in ids) == "·x\\n"
+    assert tok.token_text(tok.eos_id) == Tokenizer.EOS

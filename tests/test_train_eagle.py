@@ -257,3 +257,20 @@ def test_generated_text_continues_prompts_with_the_targets_greedy_tokens(tmp_pat
 def test_unknown_data_source_is_refused(tmp_path, target_dir):
     with pytest.raises(ValueError, match="data='web' is not one of"):
         _config(target_dir, tmp_path, data="web")
+
+
+def test_load_or_train_head_loads_a_saved_head_and_trains_a_missing_one(tmp_path, target_dir):
+    from minieagle.eagle1 import load_head
+    from minieagle.train_eagle import load_or_train_head
+
+    trained, cfg = load_or_train_head(
+        tmp_path / "missing", target_dir, steps=3, max_train_chars=50_000
+    )
+    assert not (tmp_path / "missing").exists()  # the stand-in lived in a temporary directory
+    save_dir = tmp_path / "saved"
+    from minieagle.eagle1 import save_head
+
+    save_head(save_dir, trained, cfg)
+    loaded, _ = load_or_train_head(save_dir, target_dir, steps=3)
+    reference, _ = load_head(save_dir, dtype=np.float64)
+    assert all(np.array_equal(loaded[k], reference[k]) for k in reference)
