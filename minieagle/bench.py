@@ -30,6 +30,7 @@ import numpy as np
 
 from minieagle import layers, model
 from minieagle.config import LlamaConfig
+from minieagle.errors import InvalidInputError
 from minieagle.generate import generate
 from minieagle.kvcache import KVCache
 from minieagle.optim import AdamW, clip_grad_norm
@@ -138,7 +139,7 @@ def measure_decode(params, config: LlamaConfig, prompts, *, new_tokens: int, rep
     token (the root) and emits one token. The prefill covers the prompt but its last token. One
     pass over all prompts warms up first; each repeat is one pass over all prompts."""
     if new_tokens < 1:
-        raise ValueError(f"new_tokens={new_tokens} is below 1; pass a count such as 64")
+        raise InvalidInputError(f"new_tokens={new_tokens} is below 1; pass a count such as 64")
 
     def one_pass():
         seconds = prefill = forwards = flops = 0
@@ -344,7 +345,7 @@ def run_bench(args) -> dict:
     from minieagle.checkpoint import load_checkpoint
 
     if args.repeats < 1:
-        raise ValueError(f"repeats={args.repeats} is below 1; pass a count such as 5")
+        raise InvalidInputError(f"repeats={args.repeats} is below 1; pass a count such as 5")
     params, config, tokenizer = load_checkpoint(args.model, dtype=np.float32)
     prompts = [ids for _, ids in heldout_prompts(tokenizer)]
     matmul = measure_matmul_peak()

@@ -18,6 +18,7 @@ import statistics
 from collections.abc import Callable
 
 from minieagle.config import LlamaConfig
+from minieagle.errors import InvalidInputError
 from minieagle.generate import generate
 from minieagle.sampling import SamplingParams
 
@@ -42,7 +43,7 @@ def compare_methods(
     """methods: name -> factory returning a fresh drafter (or None for vanilla); "vanilla" must
     be one of them. prompts: list of (kind, ids). Returns nested results (see module doc)."""
     if "vanilla" not in methods:
-        raise ValueError("methods must include 'vanilla', the baseline of every speedup")
+        raise InvalidInputError("methods must include 'vanilla', the baseline of every speedup")
     names = list(methods)
     results = {}
     for label, sampling in SETTINGS.items():

@@ -23,6 +23,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from minieagle.config import LlamaConfig
+from minieagle.errors import InvalidInputError, MissingFileError
 from minieagle.model import param_shapes
 
 if TYPE_CHECKING:
@@ -73,16 +74,18 @@ def _rope_theta(d: dict) -> float | None:
         if rope is None:
             continue
         if not isinstance(rope, dict):
-            raise ValueError(f"{key}={rope!r} should be a JSON object such as {{'rope_type': ...}}")
+            raise InvalidInputError(
+                f"{key}={rope!r} should be a JSON object such as {{'rope_type': ...}}"
+            )
         kind = rope.get("rope_type", rope.get("type", "default"))
         if kind != "default":
-            raise ValueError(
+            raise InvalidInputError(
                 f"{key} has rope_type={kind!r}; minieagle implements only 'default' RoPE "
                 "(no linear/dynamic/yarn/llama3 scaling); pick a model without RoPE scaling"
             )
     theta = new.get("rope_theta") if new is not None else None
     if theta is not None and legacy is not None and float(theta) != float(legacy):
-        raise ValueError(
+        raise InvalidInputError(
             f"rope_parameters.rope_theta={theta} disagrees with rope_theta={legacy}; "
             "delete one of them so the file says one thing"
         )
@@ -96,17 +99,21 @@ def config_from_hf_dict(d: dict) -> LlamaConfig:
     Raises ValueError for anything minieagle cannot run exactly: another model_type or activation,
     attention/MLP biases, RoPE scaling."""
     if not isinstance(d, dict):
-        raise ValueError(f"config must be a JSON object, got {type(d).__name__}")
+        raise InvalidInputError(f"config must be a JSON object, got {type(d).__name__}")
     checks = (("model_type", "llama"), ("hidden_act", "silu"))
     for key, want in checks:
         if d.get(key, want) != want:
-            raise ValueError(f"{key}={d[key]!r} is not supported; minieagle runs {key}={want!r}")
+            raise InvalidInputError(
+                f"{key}={d[key]!r} is not supported; minieagle runs {key}={want!r}"
+            )
     for key in ("attention_bias", "mlp_bias"):
         if d.get(key):
-            raise ValueError(f"{key}=true is not supported; minieagle's Llama has no biases")
+            raise InvalidInputError(f"{key}=true is not supported; minieagle's Llama has no biases")
     missing = [key for key in _REQUIRED if key not in d]
     if missing:
-        raise ValueError(f"config has no {', '.join(missing)}; add them (HF names) to config.json")
+        raise InvalidInputError(
+            f"config has no {', '.join(missing)}; add them (HF names) to config.json"
+        )
     kwargs = dict(_HF_DEFAULTS)
     kwargs["num_key_value_heads"] = d.get("num_key_value_heads") or d.get("num_attention_heads")
     for field in dataclasses.fields(LlamaConfig):
@@ -118,7 +125,7 @@ def config_from_hf_dict(d: dict) -> LlamaConfig:
         kwargs["rope_theta"] = theta
     for key in ("bos_token_id", "eos_token_id"):
         if key in kwargs and not isinstance(kwargs[key], int):
-            raise ValueError(f"{key}={kwargs[key]!r} must be a single integer token id")
+            raise InvalidInputError(f"{key}={kwargs[key]!r} must be a single integer token id")
     return LlamaConfig(**kwargs)
 
 
@@ -149,7 +156,7 @@ def validate_params(params: dict, config: LlamaConfig) -> None:
             problems.append(f"tensor {name!r} has {nan} NaN and {inf} inf values")
     if problems:
         more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
-        raise ValueError("; ".join(problems[:5]) + more)
+        raise InvalidInputError("; ".join(problems[:5]) + more)
 
 
 def _fsync(path: Path) -> None:
@@ -180,7 +187,7 @@ def write_tensors(path: Path, tensors: dict, dtype: str, metadata: dict) -> None
         cast = {k: np.ascontiguousarray(v, dtype=dtype) for k, v in tensors.items()}
     for name, tensor in cast.items():
         if not np.isfinite(tensor).all():
-            raise ValueError(f"tensor {name!r} overflows {dtype}; save as float32 instead")
+            raise InvalidInputError(f"tensor {name!r} overflows {dtype}; save as float32 instead")
     save_file(cast, str(path), metadata=metadata)
 
 
@@ -216,11 +223,13 @@ def save_checkpoint(
     a directory holding other files is refused. Returns the directory."""
     dtype = np.dtype(dtype).name
     if dtype not in _STORAGE_DTYPES:
-        raise ValueError(f"dtype={dtype!r} is not one of {_STORAGE_DTYPES}; pass 'float32'")
+        raise InvalidInputError(f"dtype={dtype!r} is not one of {_STORAGE_DTYPES}; pass 'float32'")
     header = {"format": "np", "minieagle_version": _minieagle_version(), **(metadata or {})}
     bad = {k: v for k, v in header.items() if not (isinstance(k, str) and isinstance(v, str))}
     if bad:
-        raise ValueError(f"metadata {bad} is not str -> str; convert values with str() or json")
+        raise InvalidInputError(
+            f"metadata {bad} is not str -> str; convert values with str() or json"
+        )
     validate_params(params, config)
     return write_directory_atomically(
         directory,
@@ -241,10 +250,10 @@ def write_directory_atomically(
     directory = Path(directory).absolute()
     if directory.exists():
         if not directory.is_dir():
-            raise ValueError(f"{directory} is a file; pass a directory path for the {kind}")
+            raise InvalidInputError(f"{directory} is a file; pass a directory path for the {kind}")
         others = sorted({p.name for p in directory.iterdir()} - set(own_files))
         if others:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{directory} holds files that are not part of a {kind} ({others}); saving "
                 "replaces the whole directory, so move them out or choose another directory"
             )
@@ -266,7 +275,7 @@ def write_directory_atomically(
 
 def _require_file(path: Path, fix: str) -> None:
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint file {path} is missing; {fix}")
+        raise MissingFileError(f"checkpoint file {path} is missing; {fix}")
 
 
 def load_checkpoint(
@@ -281,28 +290,28 @@ def load_checkpoint(
     if not directory.is_dir():
         leftovers = sorted(directory.parent.glob(f".{directory.name}.old-*"))
         hint = f"; an interrupted save left the previous one at {leftovers[0]}" if leftovers else ""
-        raise FileNotFoundError(f"checkpoint directory {directory} does not exist{hint}")
+        raise MissingFileError(f"checkpoint directory {directory} does not exist{hint}")
     config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
     _require_file(config_path, "copy the model's config.json there or re-save the checkpoint")
     try:
         config = config_from_hf_dict(json.loads(config_path.read_text()))
     except json.JSONDecodeError as e:
-        raise ValueError(f"{config_path} is malformed JSON ({e}); fix or re-save it") from e
+        raise InvalidInputError(f"{config_path} is malformed JSON ({e}); fix or re-save it") from e
     except (ValueError, TypeError) as e:
-        raise ValueError(f"{config_path}: {e}") from e
+        raise InvalidInputError(f"{config_path}: {e}") from e
     if (directory / "model.safetensors.index.json").exists():
-        raise ValueError(f"{directory} is sharded; minieagle reads a single {WEIGHTS_FILE}")
+        raise InvalidInputError(f"{directory} is sharded; minieagle reads a single {WEIGHTS_FILE}")
     _require_file(weights_path, "re-save the checkpoint with save_checkpoint")
     try:
         stored = load_file(str(weights_path))
     except (SafetensorError, TypeError, ValueError) as e:
-        raise ValueError(
+        raise InvalidInputError(
             f"{weights_path} is truncated or corrupt ({e}); re-save or re-download it"
         ) from e
     try:
         validate_params(stored, config)
     except ValueError as e:
-        raise ValueError(f"{weights_path} does not match {config_path}: {e}") from e
+        raise InvalidInputError(f"{weights_path} does not match {config_path}: {e}") from e
     params = {k: v if dtype is None else v.astype(dtype, copy=False) for k, v in stored.items()}
     if not (with_tokenizer and (directory / TOKENIZER_FILE).is_file()):
         return params, config, None

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from minieagle.errors import InvalidInputError
+
 PRETRAINED = Path(__file__).parent / "pretrained"
 DEFAULT_MODEL = PRETRAINED / "small"
 DEFAULT_DRAFT_MODEL = PRETRAINED / "small-draft"
@@ -49,7 +51,7 @@ def _drafter_factory(args, config, params=None):
     if args.method == "draft-model":
         draft_params, draft_config, _ = load_checkpoint(args.draft_model, with_tokenizer=False)
         if draft_config.vocab_size != config.vocab_size:
-            raise ValueError(
+            raise InvalidInputError(
                 f"draft model vocab_size={draft_config.vocab_size} differs from the target's "
                 f"{config.vocab_size}; both must share one tokenizer"
             )
@@ -180,7 +182,7 @@ def _train_eagle1(args) -> int:
 
     for flag in ("preset", "tokenizer"):
         if getattr(args, flag) is not None:
-            raise ValueError(
+            raise InvalidInputError(
                 f"--{flag} does not apply to eagle1: the head takes the shape and tokenizer of "
                 "--target"
             )

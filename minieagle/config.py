@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from minieagle.errors import InvalidInputError
+
 
 @dataclass(frozen=True)
 class LlamaConfig:
@@ -56,19 +58,19 @@ class LlamaConfig:
         for name in positive:
             value = getattr(self, name)
             if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name}={value!r} must be a positive integer")
+                raise InvalidInputError(f"{name}={value!r} must be a positive integer")
         if self.head_dim is None:
             if self.hidden_size % self.num_attention_heads:
-                raise ValueError(
+                raise InvalidInputError(
                     f"hidden_size={self.hidden_size} is not divisible by "
                     f"num_attention_heads={self.num_attention_heads}; "
                     "pick a divisor or set head_dim"
                 )
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
         if self.head_dim % 2:
-            raise ValueError(f"head_dim={self.head_dim} must be even for rotate-half RoPE")
+            raise InvalidInputError(f"head_dim={self.head_dim} must be even for rotate-half RoPE")
         if self.num_attention_heads % self.num_key_value_heads:
-            raise ValueError(
+            raise InvalidInputError(
                 f"num_attention_heads={self.num_attention_heads} is not a multiple of "
                 f"num_key_value_heads={self.num_key_value_heads}; grouped-query attention "
                 "needs each key/value head to serve the same number of query heads"
@@ -76,7 +78,9 @@ class LlamaConfig:
         for name in ("bos_token_id", "eos_token_id"):
             value = getattr(self, name)
             if not 0 <= value < self.vocab_size:
-                raise ValueError(f"{name}={value} is outside [0, vocab_size={self.vocab_size})")
+                raise InvalidInputError(
+                    f"{name}={value} is outside [0, vocab_size={self.vocab_size})"
+                )
 
     def replace(self, **changes) -> LlamaConfig:
         """A copy with some fields changed (validated again). A head_dim that was derived from
@@ -134,7 +138,7 @@ PRESETS: dict[str, LlamaConfig] = {
 def preset(name: str) -> LlamaConfig:
     """The named preset configuration: one of `PRESETS`."""
     if name not in PRESETS:
-        raise ValueError(
+        raise InvalidInputError(
             f"unknown preset {name!r}; expected one of {sorted(PRESETS)} "
             "(or pass a config.json with --config)"
         )

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minieagle.errors import InvalidInputError
 from minieagle.sampling import top_k_indices
 from minieagle.tree import Tree
 
@@ -69,7 +70,7 @@ def add_children(pool: Pool, expanded, tokens: np.ndarray, log_q: np.ndarray) ->
     A child's score is its parent's score (0 at the root) plus its own log q."""
     expanded = np.asarray(expanded, dtype=np.int64)  # [F]
     if tokens.shape != log_q.shape or tokens.shape[0] != len(expanded):
-        raise ValueError(
+        raise InvalidInputError(
             f"tokens {tokens.shape} and log_q {log_q.shape} need one row per expanded node "
             f"({len(expanded)})"
         )
@@ -124,10 +125,12 @@ def rerank(scores: np.ndarray, parents: np.ndarray, count: int) -> np.ndarray:
     scores = np.asarray(scores, dtype=np.float64)
     parents = np.asarray(parents, dtype=np.int64)
     if np.isnan(scores).any():
-        raise ValueError("the pool has NaN scores; the head produced NaN logits")
+        raise InvalidInputError("the pool has NaN scores; the head produced NaN logits")
     bad = [i for i, p in enumerate(parents) if not -1 <= p < i]
     if bad:
-        raise ValueError(f"pool candidates {bad} do not list their parent earlier (-1 = root)")
+        raise InvalidInputError(
+            f"pool candidates {bad} do not list their parent earlier (-1 = root)"
+        )
     count = min(int(count), len(scores))
     depth = pool_depths(parents)
     ranked = np.lexsort((np.arange(len(scores)), depth, -scores))  # best first
@@ -161,7 +164,7 @@ def build_tree(root: int, pool: Pool, selected: np.ndarray) -> Tree:
     node_of[selected + 1] = np.arange(1, len(selected) + 1)
     parents = node_of[pool.parents[selected] + 1]
     if (parents < 0).any():
-        raise ValueError("a selected candidate's parent was not selected; use rerank()")
+        raise InvalidInputError("a selected candidate's parent was not selected; use rerank()")
     tokens = np.concatenate([[root], pool.tokens[selected]])
     return Tree(tokens, np.concatenate([[-1], parents]))
 
@@ -179,7 +182,7 @@ def calibration_table(
     """
     edges = np.asarray(bins, dtype=np.float64)
     if len(edges) < 2 or (np.diff(edges) <= 0).any() or edges[0] < 0 or edges[-1] > 1:
-        raise ValueError(
+        raise InvalidInputError(
             f"bins={tuple(bins)} must be at least two increasing edges in [0, 1], e.g. (0, 0.5, 1)"
         )
     data = np.asarray([(float(c), float(a)) for c, a in records], dtype=np.float64)

@@ -34,6 +34,7 @@ from minieagle.checkpoint import (
     write_tensors,
 )
 from minieagle.config import LlamaConfig
+from minieagle.errors import InvalidInputError, MissingFileError
 from minieagle.kvcache import KVCache
 
 INPUTS = ("token+feature", "token", "feature")
@@ -52,9 +53,11 @@ class Eagle1Config:
 
     def __post_init__(self) -> None:
         if self.inputs not in INPUTS:
-            raise ValueError(f"inputs={self.inputs!r} is not one of {INPUTS}; pass 'token+feature'")
+            raise InvalidInputError(
+                f"inputs={self.inputs!r} is not one of {INPUTS}; pass 'token+feature'"
+            )
         if self.layer.num_hidden_layers != 1:
-            raise ValueError(
+            raise InvalidInputError(
                 f"layer has num_hidden_layers={self.layer.num_hidden_layers}; the EAGLE-1 head "
                 "is one decoder layer (use Eagle1Config.from_target)"
             )
@@ -115,7 +118,7 @@ def _check_target(cfg: Eagle1Config, target_params: dict) -> None:
     shape = tuple(model.lm_head_weight(target_params).shape)
     want = (cfg.layer.vocab_size, cfg.layer.hidden_size)
     if shape != want:
-        raise ValueError(
+        raise InvalidInputError(
             f"the target's LM head is {shape} but the head expects (vocab_size, hidden_size) = "
             f"{want}; train the head for this target (Eagle1Config.from_target)"
         )
@@ -124,9 +127,11 @@ def _check_target(cfg: Eagle1Config, target_params: dict) -> None:
 def _with_batch(x, name: str, ndim: int):
     """(x with a leading batch axis, whether it had one); x must have ndim or ndim + 1 axes."""
     if x is None:
-        raise ValueError(f"{name} is None but the head's inputs need it; pass {name}")
+        raise InvalidInputError(f"{name} is None but the head's inputs need it; pass {name}")
     if x.ndim not in (ndim, ndim + 1):
-        raise ValueError(f"{name} has {x.ndim} axes; expected {ndim} or {ndim + 1} (batched)")
+        raise InvalidInputError(
+            f"{name} has {x.ndim} axes; expected {ndim} or {ndim + 1} (batched)"
+        )
     return (x, True) if x.ndim == ndim + 1 else (x[None, ...], False)
 
 
@@ -137,7 +142,7 @@ def _fc_input(cfg: Eagle1Config, target_params: dict, tokens, features):
         ids, batched = _with_batch(tokens, "tokens", 1)
         xp = array_module(ids)
         if int(xp.min(ids)) < 0 or int(xp.max(ids)) >= cfg.layer.vocab_size:
-            raise ValueError(
+            raise InvalidInputError(
                 f"tokens hold ids outside [0, vocab_size={cfg.layer.vocab_size}); encode text "
                 "with the target's tokenizer"
             )
@@ -146,13 +151,13 @@ def _fc_input(cfg: Eagle1Config, target_params: dict, tokens, features):
     if cfg.inputs != "token":
         f, batched = _with_batch(features, "features", 2)
         if f.shape[-1] != cfg.layer.hidden_size:
-            raise ValueError(
+            raise InvalidInputError(
                 f"features have width {f.shape[-1]} but the head expects hidden_size="
                 f"{cfg.layer.hidden_size}; pass the target's 'final' hidden states"
             )
         streams.append(f)  # [B, T, d]
     if len(streams) == 2 and streams[0].shape[:2] != streams[1].shape[:2]:
-        raise ValueError(
+        raise InvalidInputError(
             f"tokens {tuple(tokens.shape)} and features {tuple(features.shape)} disagree on "
             "(batch, positions); pair x_{t+1} with f_t position by position"
         )
@@ -191,7 +196,7 @@ def head_forward(
     if attention_mask is None:
         attention_mask = model.causal_mask(past, T, like=x)
     elif tuple(attention_mask.shape) != (T, past + T):
-        raise ValueError(
+        raise InvalidInputError(
             f"attention_mask has shape {tuple(attention_mask.shape)}; expected "
             f"({T}, {past + T}) = (new positions, cached + new positions)"
         )
@@ -287,10 +292,10 @@ def eagle1_loss(
     features only (paper §3.2; needs rng). Returns (loss, parts {smooth_l1, soft_ce, top1,
     accept}, grads {head name: grad})."""
     if noise < 0:
-        raise ValueError(f"noise={noise} is negative; pass a half-width such as 0.1 (or 0)")
+        raise InvalidInputError(f"noise={noise} is negative; pass a half-width such as 0.1 (or 0)")
     if noise > 0 and cfg.inputs != "token":
         if rng is None:
-            raise ValueError(f"noise={noise} needs rng=np.random.default_rng(seed)")
+            raise InvalidInputError(f"noise={noise} needs rng=np.random.default_rng(seed)")
         draw = rng.uniform(-noise, noise, size=tuple(features.shape))
         features = features + to_device(draw, like=features, dtype=features.dtype)
     loss, parts, (caches, c_l1, c_ce) = _losses(
@@ -310,7 +315,7 @@ def _validate_head(head: dict, cfg: Eagle1Config) -> None:
     if got != expected:
         wrong = sorted(n for n in expected.keys() | got.keys() if got.get(n) != expected.get(n))
         details = ", ".join(f"{n}: got {got.get(n)}, expected {expected.get(n)}" for n in wrong)
-        raise ValueError(f"head tensors do not match the config ({details})")
+        raise InvalidInputError(f"head tensors do not match the config ({details})")
 
 
 def save_head(directory, head: dict, cfg: Eagle1Config, *, target_dir=None, dtype="float32"):
@@ -337,7 +342,7 @@ def load_head(directory, *, dtype=np.float32) -> tuple[dict[str, np.ndarray], Ea
     directory = Path(directory)
     for name in (CONFIG_FILE, WEIGHTS_FILE):
         if not (directory / name).is_file():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"{directory / name} is missing; train a head with `minieagle train eagle1`"
             )
     d = json.loads((directory / CONFIG_FILE).read_text())

@@ -21,6 +21,7 @@ from minieagle import tree as trees
 from minieagle.backend import to_device, to_host
 from minieagle.config import LlamaConfig
 from minieagle.drafters import Drafter, NoDrafter
+from minieagle.errors import InvalidInputError
 from minieagle.kvcache import KVCache
 from minieagle.sampling import Randomness, SamplingParams, SeededRandomness, target_distribution
 from minieagle.verify import verify
@@ -85,11 +86,15 @@ def check_prompt(config: LlamaConfig, prompt_ids, max_new_tokens: int) -> None:
     """Errors for prompts the model cannot continue."""
     n = len(prompt_ids)
     if n == 0:
-        raise ValueError("the prompt is empty; pass at least one token (e.g. the <|bos|> id)")
+        raise InvalidInputError(
+            "the prompt is empty; pass at least one token (e.g. the <|bos|> id)"
+        )
     if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens={max_new_tokens} is negative; pass a count such as 64")
+        raise InvalidInputError(
+            f"max_new_tokens={max_new_tokens} is negative; pass a count such as 64"
+        )
     if n >= config.max_position_embeddings:
-        raise ValueError(
+        raise InvalidInputError(
             f"the prompt has {n} tokens but the context holds "
             f"max_position_embeddings={config.max_position_embeddings}; shorten the prompt"
         )

@@ -9,6 +9,7 @@ that block and drops the rest — the "KV-cache surgery" every speculative metho
 from __future__ import annotations
 
 from minieagle.backend import array_module, to_device, zeros
+from minieagle.errors import InvalidInputError
 
 
 class KVCache:
@@ -43,7 +44,7 @@ class KVCache:
         T = k.shape[2]
         end = self.length + T
         if end > self.capacity:
-            raise ValueError(
+            raise InvalidInputError(
                 f"KV cache overflow: {self.length} cached + {T} new positions > capacity "
                 f"{self.capacity}; shorten the prompt or max_new_tokens, or raise "
                 "max_position_embeddings"
@@ -61,15 +62,15 @@ class KVCache:
         indices: host ints, strictly increasing (a root-to-leaf path of a draft tree is).
         """
         if not 0 <= start <= self.length:
-            raise ValueError(
+            raise InvalidInputError(
                 f"start={start} is outside [0, {self.length}]; pass the cache length from "
                 "before the draft block was appended"
             )
         indices = [int(i) for i in indices]
         if any(b <= a for a, b in zip(indices, indices[1:], strict=False)):
-            raise ValueError(f"indices={indices} must be strictly increasing")
+            raise InvalidInputError(f"indices={indices} must be strictly increasing")
         if indices and (indices[0] < 0 or start + indices[-1] >= self.length):
-            raise ValueError(
+            raise InvalidInputError(
                 f"indices={indices} reach outside the {self.length - start} positions "
                 f"appended since start={start}"
             )
@@ -83,5 +84,5 @@ class KVCache:
     def crop(self, length: int) -> None:
         """Drop every position from `length` on (chain rollback)."""
         if not 0 <= length <= self.length:
-            raise ValueError(f"length={length} is outside [0, {self.length}]")
+            raise InvalidInputError(f"length={length} is outside [0, {self.length}]")
         self.length = length

@@ -11,6 +11,7 @@ import numpy as np
 from minieagle import layers
 from minieagle.backend import arange, array_module
 from minieagle.config import LlamaConfig
+from minieagle.errors import InvalidInputError
 
 
 def layer_prefix(i: int) -> str:
@@ -75,12 +76,12 @@ def _check_inputs(config: LlamaConfig, input_ids, position_ids, past: int) -> No
     """Host-side checks; on a device each int(...) below is one explicit scalar sync."""
     T = input_ids.shape[-1]
     if T == 0:
-        raise ValueError("input_ids is empty; pass at least one token id")
+        raise InvalidInputError("input_ids is empty; pass at least one token id")
     xp = array_module(input_ids)
     low, high = int(xp.min(input_ids)), int(xp.max(input_ids))
     if low < 0 or high >= config.vocab_size:
         bad = low if low < 0 else high
-        raise ValueError(
+        raise InvalidInputError(
             f"token id {bad} is outside [0, vocab_size={config.vocab_size}); encode text with "
             "the tokenizer saved beside this model"
         )
@@ -89,7 +90,7 @@ def _check_inputs(config: LlamaConfig, input_ids, position_ids, past: int) -> No
     else:
         top = int(array_module(position_ids).max(position_ids))
     if top >= config.max_position_embeddings or past + T > config.max_position_embeddings:
-        raise ValueError(
+        raise InvalidInputError(
             f"sequence of {past} cached + {T} new tokens (largest position {top}) exceeds "
             f"max_position_embeddings={config.max_position_embeddings}; shorten the prompt or "
             "generate fewer tokens"
@@ -219,13 +220,13 @@ def forward(
     if attention_mask is None:
         attention_mask = causal_mask(past, T, like=embed)
     elif tuple(attention_mask.shape) != (T, past + T):
-        raise ValueError(
+        raise InvalidInputError(
             f"attention_mask has shape {tuple(attention_mask.shape)}; expected "
             f"({T}, {past + T}) = (new tokens, cached + new tokens)"
         )
     for key in output_hidden:
         if key != "final" and not (isinstance(key, int) and 0 <= key <= config.num_hidden_layers):
-            raise ValueError(
+            raise InvalidInputError(
                 f"output_hidden key {key!r} must be 'final' or an int in "
                 f"[0, {config.num_hidden_layers}]"
             )

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from minieagle.backend import array_module
+from minieagle.errors import InvalidInputError
 
 
 @dataclass
@@ -17,12 +18,12 @@ class AdamWConfig:
 
     def __post_init__(self) -> None:
         if not self.lr > 0:
-            raise ValueError(f"lr={self.lr} must be positive, e.g. 3e-3")
+            raise InvalidInputError(f"lr={self.lr} must be positive, e.g. 3e-3")
         for beta in self.betas:
             if not 0 <= beta < 1:
-                raise ValueError(f"betas={self.betas} must lie in [0, 1), e.g. (0.9, 0.95)")
+                raise InvalidInputError(f"betas={self.betas} must lie in [0, 1), e.g. (0.9, 0.95)")
         if self.weight_decay < 0:
-            raise ValueError(f"weight_decay={self.weight_decay} must be >= 0, e.g. 0.1")
+            raise InvalidInputError(f"weight_decay={self.weight_decay} must be >= 0, e.g. 0.1")
 
 
 class AdamW:

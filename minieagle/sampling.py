@@ -19,6 +19,7 @@ from typing import Protocol
 import numpy as np
 
 from minieagle.backend import to_host
+from minieagle.errors import InvalidInputError
 
 _SUM_TOLERANCE = 1e-6  # how far from 1 a probability vector handed to `draw` may sum (rounding)
 
@@ -43,19 +44,19 @@ class SamplingParams:
         t = self.temperature
         fix_t = "pass 0 for greedy or a positive value such as 0.7"
         if math.isnan(t):
-            raise ValueError(f"temperature={t} is not a number; {fix_t}")
+            raise InvalidInputError(f"temperature={t} is not a number; {fix_t}")
         if t < 0:
-            raise ValueError(f"temperature={t} is negative; {fix_t}")
+            raise InvalidInputError(f"temperature={t} is negative; {fix_t}")
         if math.isinf(t):
-            raise ValueError(f"temperature={t} is not finite; {fix_t}")
+            raise InvalidInputError(f"temperature={t} is not finite; {fix_t}")
         k = self.top_k
         fix_k = "pass 0 to turn top-k off or a count such as 50"
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-            raise ValueError(f"top_k={k!r} is not an integer; {fix_k}")
+            raise InvalidInputError(f"top_k={k!r} is not an integer; {fix_k}")
         if k < 0:
-            raise ValueError(f"top_k={k} is negative; {fix_k}")
+            raise InvalidInputError(f"top_k={k} is negative; {fix_k}")
         if not 0 < self.top_p <= 1:  # also rejects NaN
-            raise ValueError(
+            raise InvalidInputError(
                 f"top_p={self.top_p} is outside (0, 1]; pass a probability such as 0.9"
             )
 
@@ -81,10 +82,12 @@ def target_distribution(logits, params: SamplingParams) -> np.ndarray:
     """
     x = _to_host_float64(logits)  # [V]
     if x.ndim != 1 or x.size == 0:
-        raise ValueError(f"logits must be one non-empty vector of shape [V]; got shape {x.shape}")
+        raise InvalidInputError(
+            f"logits must be one non-empty vector of shape [V]; got shape {x.shape}"
+        )
     bad = int(np.count_nonzero(~np.isfinite(x)))
     if bad:
-        raise ValueError(
+        raise InvalidInputError(
             f"logits hold {bad} non-finite value(s) (NaN or inf) among V={x.size}; check the model "
             "forward for overflow, and mask tokens with a large negative finite logit, not -inf"
         )
@@ -127,7 +130,9 @@ class Randomness(Protocol):
 
 def _check_coin(p_true: float) -> None:
     if not 0 <= p_true <= 1:  # also rejects NaN
-        raise ValueError(f"p_true={p_true} is outside [0, 1]; pass a probability such as 0.5")
+        raise InvalidInputError(
+            f"p_true={p_true} is outside [0, 1]; pass a probability such as 0.5"
+        )
 
 
 def _inverse_cdf(probs, u: float) -> int:
@@ -139,17 +144,19 @@ def _inverse_cdf(probs, u: float) -> int:
     """
     p = np.asarray(probs, dtype=np.float64)  # [V]; a device array raises here, by design
     if p.ndim != 1 or p.size == 0:
-        raise ValueError(f"probs must be one non-empty vector of shape [V]; got shape {p.shape}")
+        raise InvalidInputError(
+            f"probs must be one non-empty vector of shape [V]; got shape {p.shape}"
+        )
     bad = int(np.count_nonzero(~np.isfinite(p) | (p < 0)))
     if bad:
-        raise ValueError(
+        raise InvalidInputError(
             f"probs hold {bad} negative or non-finite value(s); pass a probability vector "
             "such as target_distribution(...)"
         )
     cdf = np.cumsum(p)  # [V]
     total = cdf[-1]
     if abs(total - 1) > _SUM_TOLERANCE:
-        raise ValueError(
+        raise InvalidInputError(
             f"probs sum to {float(total)!r}, not 1 (tolerance {_SUM_TOLERANCE}); "
             "normalise them first"
         )

@@ -8,6 +8,8 @@ and a token per path into a `Tree`; the EAGLE-1 drafter (`minieagle.drafters.eag
 
 from __future__ import annotations
 
+from minieagle.errors import InvalidInputError
+
 # EAGLE-1's default tree (named `mc_sim_7b_63` upstream; the "63" does not describe it): 25 draft
 # nodes plus the root = 26 tokens verified per cycle, depth 5, nodes per depth 4, 8, 8, 3, 2,
 # 15 leaves, child ranks 0..3, deeper branches under more likely tokens. Reconstructed from those
@@ -27,7 +29,7 @@ TREE_NAMES = ("default", "mc_sim_7b_63", "chain:D")
 def chain_tree(depth: int) -> tuple[tuple[int, ...], ...]:
     """The chain of `depth` drafts: each node's only child is its most likely token."""
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"chain depth={depth!r} must be a positive integer, e.g. 5")
+        raise InvalidInputError(f"chain depth={depth!r} must be a positive integer, e.g. 5")
     return tuple((0,) * n for n in range(1, depth + 1))
 
 
@@ -45,26 +47,28 @@ def resolve_tree(choices) -> tuple[tuple[int, ...], ...]:
         if choices.startswith("chain:"):
             depth = choices.removeprefix("chain:")
             if not depth.isdigit():
-                raise ValueError(
+                raise InvalidInputError(
                     f"tree {choices!r} has no integer depth after 'chain:'; pass e.g. 'chain:5'"
                 )
             return chain_tree(int(depth))
-        raise ValueError(f"unknown tree {choices!r}; expected one of {list(TREE_NAMES)}")
+        raise InvalidInputError(f"unknown tree {choices!r}; expected one of {list(TREE_NAMES)}")
     paths = [tuple(int(r) for r in path) for path in choices]
     if not paths:
-        raise ValueError("the tree has no paths; pass e.g. [[0], [1], [0, 0]] or 'default'")
+        raise InvalidInputError("the tree has no paths; pass e.g. [[0], [1], [0, 0]] or 'default'")
     seen = set(paths)
     if len(seen) != len(paths):
-        raise ValueError("the tree lists a path twice; give each path of child ranks once")
+        raise InvalidInputError("the tree lists a path twice; give each path of child ranks once")
     for path in paths:
         if not path or min(path) < 0:
-            raise ValueError(
+            raise InvalidInputError(
                 f"path {list(path)} must be a non-empty list of ranks >= 0, e.g. [0, 1]"
             )
         if len(path) > 1 and path[:-1] not in seen:
-            raise ValueError(f"path {list(path)} has no parent {list(path[:-1])} in the tree")
+            raise InvalidInputError(
+                f"path {list(path)} has no parent {list(path[:-1])} in the tree"
+            )
         if path[-1] > 0 and (*path[:-1], path[-1] - 1) not in seen:
-            raise ValueError(
+            raise InvalidInputError(
                 f"path {list(path)} has no elder sibling {[*path[:-1], path[-1] - 1]}; the "
                 "children of a node must use ranks 0, 1, 2, ... without gaps"
             )

@@ -27,6 +27,7 @@ from collections.abc import Callable, Hashable
 
 import numpy as np
 
+from minieagle.errors import InvalidInputError
 from minieagle.tree import Tree
 
 _PRUNE = 0.0  # branches of probability exactly 0 are never walked
@@ -55,13 +56,13 @@ class _ReplayRandomness:
     def coin(self, p_true: float) -> bool:
         p_true = float(p_true)
         if not 0.0 <= p_true <= 1.0:
-            raise ValueError(f"coin probability {p_true} is outside [0, 1]")
+            raise InvalidInputError(f"coin probability {p_true} is outside [0, 1]")
         return self._next([(True, p_true), (False, 1.0 - p_true)])
 
     def draw(self, probs) -> int:
         probs = np.asarray(probs, dtype=np.float64)
         if abs(probs.sum() - 1.0) > 1e-9 or (probs < 0).any():
-            raise ValueError(
+            raise InvalidInputError(
                 f"draw got a vector summing to {probs.sum()} (or negative); "
                 "pass a normalised probability vector"
             )
@@ -158,7 +159,7 @@ def _cycle(verify_fn, next_dist, make_tree, context: tuple, rng) -> list[int]:
     """One draft-verify cycle: the tokens it emits (accepted drafts, then the next token)."""
     tree = make_tree(context, rng)
     if int(tree.tokens[0]) != context[-1]:
-        raise ValueError(
+        raise InvalidInputError(
             f"make_tree returned root token {int(tree.tokens[0])} for a context ending in "
             f"{context[-1]}; the root (node 0) must be the last token of the context"
         )
@@ -298,7 +299,7 @@ def _parents_from_shape(shape) -> np.ndarray:
         Tree(np.zeros(len(parents), dtype=np.int64), parents)  # validates the parents
         return parents
     if any(b < 1 for b in shape):
-        raise ValueError(
+        raise InvalidInputError(
             f"shape={shape} has a branching factor below 1; give children per node per depth, "
             "e.g. [2, 1], or a parents array starting with -1"
         )

@@ -33,6 +33,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from minieagle.errors import InvalidInputError, MissingFileError
+
 FORMAT = "minieagle-byte-bpe-v1"
 PATTERN = (
     r"(?<=[^\W\d])'(?:[sdmt]|ll|ve|re)(?![^\W\d])"  # contractions: it's, we'll (not 'string')
@@ -138,7 +140,7 @@ class Tokenizer:
             new_id = _NUM_BASE + rank
             first, second = (int(i) for i in pair)
             if not (_NUM_SPECIAL <= first < new_id and _NUM_SPECIAL <= second < new_id):
-                raise ValueError(
+                raise InvalidInputError(
                     f"merge {rank} = {pair!r} refers to ids outside [{_NUM_SPECIAL}, {new_id}); "
                     "a merge may only join byte tokens and earlier merges"
                 )
@@ -156,7 +158,7 @@ class Tokenizer:
         Training stops early, with a smaller vocabulary, if no adjacent pair occurs twice.
         """
         if not isinstance(vocab_size, int) or vocab_size < _NUM_BASE:
-            raise ValueError(
+            raise InvalidInputError(
                 f"vocab_size={vocab_size!r} is below {_NUM_BASE} = 3 special + 256 byte tokens; "
                 "pass at least 259 (e.g. 512)"
             )
@@ -206,7 +208,7 @@ class Tokenizer:
                 try:
                     chunk_ids = cache[chunk] = self._encode_chunk(chunk)
                 except UnicodeEncodeError as error:
-                    raise ValueError(
+                    raise InvalidInputError(
                         f"text has a character that is not valid UTF-8 ({error.reason}: "
                         f"{chunk[error.start : error.end]!r}); remove unpaired surrogates"
                     ) from None
@@ -225,7 +227,7 @@ class Tokenizer:
             joined = None
         if joined is None or (ids and min(ids) < 0):
             bad = next(i for i in ids if not _is_id(i, len(table)))
-            raise ValueError(
+            raise InvalidInputError(
                 f"token id {bad!r} is outside [0, vocab_size={len(table)}); was it produced by "
                 "a tokenizer with a different vocabulary?"
             )
@@ -241,7 +243,7 @@ class Tokenizer:
     def token_bytes(self, id: int) -> bytes:
         """The bytes of one token, for display; special tokens give their names."""
         if not 0 <= id < self.vocab_size:
-            raise ValueError(f"token id {id} is outside [0, vocab_size={self.vocab_size})")
+            raise InvalidInputError(f"token id {id} is outside [0, vocab_size={self.vocab_size})")
         if id < _NUM_SPECIAL:
             return (self.PAD, self.BOS, self.EOS)[id].encode("ascii")
         return self._bytes[id]
@@ -277,11 +279,13 @@ class Tokenizer:
         """Read a tokenizer written by `save`; errors say what is wrong with the file."""
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"no tokenizer file at {path}; train one or check the path")
+            raise MissingFileError(f"no tokenizer file at {path}; train one or check the path")
         try:
             payload = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise ValueError(f"{path} is not valid JSON ({error}); was it truncated?") from None
+            raise InvalidInputError(
+                f"{path} is not valid JSON ({error}); was it truncated?"
+            ) from None
         if not isinstance(payload, dict) or payload.get("format") != FORMAT:
             found = payload.get("format") if isinstance(payload, dict) else None
             hint = (
@@ -289,16 +293,16 @@ class Tokenizer:
                 if isinstance(payload, dict) and "model" in payload
                 else ""
             )
-            raise ValueError(
+            raise InvalidInputError(
                 f"{path} has format={found!r}, expected {FORMAT!r}; save it with "
                 f"minieagle.tokenizer.Tokenizer.save.{hint}"
             )
         try:
             tokenizer = cls([tuple(pair) for pair in payload["merges"]], payload["pattern"])
         except (KeyError, TypeError, ValueError) as error:
-            raise ValueError(f"{path} is a malformed {FORMAT} file: {error!r}") from None
+            raise InvalidInputError(f"{path} is a malformed {FORMAT} file: {error!r}") from None
         if payload.get("vocab_size", tokenizer.vocab_size) != tokenizer.vocab_size:
-            raise ValueError(
+            raise InvalidInputError(
                 f"{path} declares vocab_size={payload['vocab_size']} but its merges give "
                 f"{tokenizer.vocab_size}; the file is inconsistent, retrain or re-save it"
             )

@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 from minieagle import model
 from minieagle.checkpoint import save_checkpoint
 from minieagle.config import LlamaConfig, preset
+from minieagle.errors import InvalidInputError, TrainingDivergedError
 from minieagle.optim import AdamW, AdamWConfig, clip_grad_norm, cosine_lr
 
 
@@ -50,7 +51,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len", "eval_every", "eval_batches", "save_every"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
+                raise InvalidInputError(f"{name}={getattr(self, name)} must be a positive integer")
         self.corpora = tuple(self.corpora)
 
 
@@ -184,7 +185,7 @@ def train(cfg: TrainConfig, *, resume: bool = True, progress: bool = True) -> di
         )
         tokenizer = Tokenizer.train(text, config.vocab_size)
     if tokenizer.vocab_size != config.vocab_size:
-        raise ValueError(
+        raise InvalidInputError(
             f"tokenizer has vocab_size={tokenizer.vocab_size} but preset "
             f"{cfg.preset!r} expects {config.vocab_size}; train a matching tokenizer"
         )
@@ -210,7 +211,7 @@ def train(cfg: TrainConfig, *, resume: bool = True, progress: bool = True) -> di
         inputs, targets = sample_batch(train_streams, cfg.batch_size, cfg.seq_len, rng)
         loss, grads = model.loss_and_grads(params, config, inputs, targets)
         if not math.isfinite(loss):
-            raise FloatingPointError(
+            raise TrainingDivergedError(
                 f"loss became {loss} at step {step}; lower --lr "
                 f"(now {cfg.lr}) or raise --warmup-steps"
             )

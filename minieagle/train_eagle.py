@@ -29,6 +29,7 @@ from minieagle.eagle1 import (
     init_head,
     save_head,
 )
+from minieagle.errors import InvalidInputError, TrainingDivergedError
 from minieagle.optim import AdamW, AdamWConfig, clip_grad_norm, cosine_lr
 from minieagle.train import _load_state, _save_state, sample_batch, token_stream
 
@@ -70,15 +71,17 @@ class EagleTrainConfig:
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len", "eval_every", "eval_batches", "save_every"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
+                raise InvalidInputError(f"{name}={getattr(self, name)} must be a positive integer")
         if self.inputs not in INPUTS:
-            raise ValueError(f"inputs={self.inputs!r} is not one of {INPUTS}")
+            raise InvalidInputError(f"inputs={self.inputs!r} is not one of {INPUTS}")
         if self.noise < 0:
-            raise ValueError(f"noise={self.noise} is negative; pass a half-width such as 0.1")
+            raise InvalidInputError(
+                f"noise={self.noise} is negative; pass a half-width such as 0.1"
+            )
         if self.data not in DATA_SOURCES:
-            raise ValueError(f"data={self.data!r} is not one of {DATA_SOURCES}")
+            raise InvalidInputError(f"data={self.data!r} is not one of {DATA_SOURCES}")
         if self.data == "generated" and self.generated_tokens < 2 * (self.seq_len + 1):
-            raise ValueError(
+            raise InvalidInputError(
                 f"generated_tokens={self.generated_tokens} is too few for windows of "
                 f"{self.seq_len + 1}; pass at least {2 * (self.seq_len + 1)}"
             )
@@ -150,7 +153,7 @@ def generated_stream(
 def _validation_windows(stream: np.ndarray, seq_len: int, count: int) -> np.ndarray:
     """Fixed, evenly spaced windows int [count, seq_len + 1] of a validation stream."""
     if len(stream) < seq_len + 2:
-        raise ValueError(
+        raise InvalidInputError(
             f"the validation stream has {len(stream)} tokens, fewer than seq_len + 2 = "
             f"{seq_len + 2}; lower --seq-len or raise --max-train-chars"
         )
@@ -181,7 +184,7 @@ def _check_run_dir(out_dir: Path, cfg: EagleTrainConfig, resume: bool) -> None:
         saved = json.loads(path.read_text())
         for key in ("target", "inputs", "fc_bias"):
             if saved.get(key) != getattr(cfg, key):
-                raise ValueError(
+                raise InvalidInputError(
                     f"{out_dir} holds a run with {key}={saved.get(key)!r}, not "
                     f"{getattr(cfg, key)!r}; pass another --out-dir, or --no-resume to start over"
                 )
@@ -194,9 +197,11 @@ def train_eagle1(cfg: EagleTrainConfig, *, resume: bool = True, progress: bool =
     out_dir.mkdir(parents=True, exist_ok=True)
     target_params, target_config, tokenizer = load_checkpoint(cfg.target, dtype=np.float32)
     if tokenizer is None:
-        raise ValueError(f"{cfg.target} has no tokenizer.json; the head trains on its tokens")
+        raise InvalidInputError(
+            f"{cfg.target} has no tokenizer.json; the head trains on its tokens"
+        )
     if cfg.seq_len + 1 > target_config.max_position_embeddings:
-        raise ValueError(
+        raise InvalidInputError(
             f"seq_len={cfg.seq_len} needs windows of {cfg.seq_len + 1} tokens, more than the "
             f"target's max_position_embeddings={target_config.max_position_embeddings}"
         )
@@ -263,7 +268,7 @@ def train_eagle1(cfg: EagleTrainConfig, *, resume: bool = True, progress: bool =
             rng=rng,
         )
         if not math.isfinite(loss):
-            raise FloatingPointError(
+            raise TrainingDivergedError(
                 f"loss became {loss} at step {step}; lower --lr (now {cfg.lr}) or raise "
                 "--warmup-steps"
             )

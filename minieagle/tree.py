@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minieagle.errors import InvalidInputError
+
 
 @dataclass(frozen=True)
 class Tree:
@@ -35,23 +37,25 @@ class Tree:
         object.__setattr__(self, "parents", parents)
         n = len(tokens)
         if n == 0 or tokens.ndim != 1:
-            raise ValueError("a tree needs a 1-D token array with at least the root token")
+            raise InvalidInputError("a tree needs a 1-D token array with at least the root token")
         if parents.shape != tokens.shape:
-            raise ValueError(
+            raise InvalidInputError(
                 f"parents has shape {parents.shape} but tokens has {tokens.shape}; give one "
                 "parent index per node"
             )
         if parents[0] != -1:
-            raise ValueError(f"parents[0]={parents[0]}; the root (node 0) must have parent -1")
+            raise InvalidInputError(
+                f"parents[0]={parents[0]}; the root (node 0) must have parent -1"
+            )
         bad = [i for i in range(1, n) if not 0 <= parents[i] < i]
         if bad:
-            raise ValueError(
+            raise InvalidInputError(
                 f"nodes {bad} have parents {parents[bad].tolist()}; every node i > 0 needs a "
                 "parent in [0, i) (list nodes parents-first)"
             )
         proposals = tuple(self.proposals) if len(self.proposals) else (None,) * n
         if len(proposals) != n:
-            raise ValueError(f"proposals has {len(proposals)} entries for {n} nodes")
+            raise InvalidInputError(f"proposals has {len(proposals)} entries for {n} nodes")
         object.__setattr__(self, "proposals", proposals)
 
     def __len__(self) -> int:
@@ -126,7 +130,9 @@ def from_choices(choices, root: int, tokens_by_path) -> Tree:
     tokens, parents = [root], [-1]
     for path in ordered:
         if path[:-1] not in index:
-            raise ValueError(f"choice {list(path)} has no parent {list(path[:-1])} in the list")
+            raise InvalidInputError(
+                f"choice {list(path)} has no parent {list(path[:-1])} in the list"
+            )
         index[path] = len(tokens)
         tokens.append(int(tokens_by_path(path)))
         parents.append(index[path[:-1]])

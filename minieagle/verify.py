@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from minieagle.errors import InvalidInputError
 from minieagle.sampling import Randomness
 from minieagle.tree import Tree, children
 
@@ -57,7 +58,7 @@ def acceptance_probability(p: np.ndarray, q: np.ndarray | None, token: int) -> f
     if q is None:
         return float(min(1.0, p[token]))
     if q[token] <= 0:
-        raise ValueError(
+        raise InvalidInputError(
             f"candidate token {token} has proposal probability q={q[token]}; a sampled "
             "candidate must come from the q it carries (pass q=None for deterministic picks)"
         )
@@ -73,7 +74,7 @@ def verify(tree: Tree, target_probs: np.ndarray, rng: Randomness) -> Verdict:
     are padding and are skipped. Returns the `Verdict`.
     """
     if len(target_probs) != len(tree):
-        raise ValueError(
+        raise InvalidInputError(
             f"target_probs has {len(target_probs)} rows for {len(tree)} nodes; "
             "pass the target distribution at every node"
         )

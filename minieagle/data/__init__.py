@@ -20,6 +20,8 @@ import lzma
 from dataclasses import dataclass
 from pathlib import Path
 
+from minieagle.errors import InvalidInputError, MissingFileError
+
 CORPORA = ("prose", "code")
 SPLITS = ("train", "val", "test")
 
@@ -37,12 +39,12 @@ class Document:
 
 def _check_corpus(corpus: str) -> None:
     if corpus not in CORPORA:
-        raise ValueError(f"corpus={corpus!r} is unknown; pass one of {CORPORA}")
+        raise InvalidInputError(f"corpus={corpus!r} is unknown; pass one of {CORPORA}")
 
 
 def _check_split(split: str) -> None:
     if split not in SPLITS:
-        raise ValueError(f"split={split!r} is unknown; pass one of {SPLITS}")
+        raise InvalidInputError(f"split={split!r} is unknown; pass one of {SPLITS}")
 
 
 def split_of(source: str) -> str:
@@ -58,7 +60,7 @@ def split_of(source: str) -> str:
 def _load(corpus: str) -> tuple[Document, ...]:
     path = _DATA_DIR / f"{corpus}.jsonl.xz"
     if not path.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{path} is missing; reinstall minieagle or rebuild it with "
             "`python -m minieagle.data.build_corpora`"
         )

@@ -11,6 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
+from minieagle.errors import InvalidInputError
 from minieagle.sampling import Randomness, SamplingParams
 from minieagle.tree import Tree
 
@@ -81,13 +82,15 @@ def build_drafter(
         from minieagle.drafters.draft_model import DraftModelDrafter
 
         if draft_model is None:
-            raise ValueError("method 'draft-model' needs a draft model; pass --draft-model DIR")
+            raise InvalidInputError(
+                "method 'draft-model' needs a draft model; pass --draft-model DIR"
+            )
         return DraftModelDrafter(*draft_model, gamma=gamma)
     if method == "eagle1":
         from minieagle.drafters.eagle1 import Eagle1Drafter
 
         if head is None or target is None:
-            raise ValueError(
+            raise InvalidInputError(
                 "method 'eagle1' needs the target and a trained head; pass --head DIR "
                 "(train one with `minieagle train eagle1`)"
             )
@@ -96,10 +99,10 @@ def build_drafter(
         from minieagle.drafters.eagle2 import Eagle2Drafter
 
         if head is None or target is None:
-            raise ValueError(
+            raise InvalidInputError(
                 "method 'eagle2' needs the target and a trained EAGLE-1 head; pass --head DIR "
                 "(train one with `minieagle train eagle1`)"
             )
         sizes = dict(depth=depth, top_k=top_k, total_tokens=total_tokens)
         return Eagle2Drafter(*target, *head, **{k: v for k, v in sizes.items() if v is not None})
-    raise ValueError(f"unknown method {method!r}; expected one of {list(METHODS)}")
+    raise InvalidInputError(f"unknown method {method!r}; expected one of {list(METHODS)}")

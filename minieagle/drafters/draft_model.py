@@ -14,6 +14,7 @@ import numpy as np
 from minieagle import model
 from minieagle.backend import array_module, to_device
 from minieagle.config import LlamaConfig
+from minieagle.errors import InvalidInputError
 from minieagle.kvcache import KVCache
 from minieagle.sampling import Randomness, SamplingParams, target_distribution
 from minieagle.tree import Tree
@@ -26,7 +27,9 @@ class DraftModelDrafter:
 
     def __init__(self, params, config: LlamaConfig, gamma: int = 4):
         if gamma < 1:
-            raise ValueError(f"gamma={gamma} must be at least 1 draft token per cycle, e.g. 4")
+            raise InvalidInputError(
+                f"gamma={gamma} must be at least 1 draft token per cycle, e.g. 4"
+            )
         self.params, self.config, self.gamma = params, config, gamma
         self.embed = params["model.embed_tokens.weight"]
         self.xp = array_module(self.embed)

@@ -29,6 +29,7 @@ import numpy as np
 from minieagle.backend import array_module, to_device, to_host
 from minieagle.config import LlamaConfig
 from minieagle.eagle1 import Eagle1Config, head_forward, head_param_shapes, new_head_cache
+from minieagle.errors import InvalidInputError
 from minieagle.sampling import Randomness, SamplingParams, target_distribution, top_k_indices
 from minieagle.static_trees import resolve_tree
 from minieagle.tree import Tree
@@ -235,15 +236,17 @@ def _check_head(target_config: LlamaConfig, head: dict, head_cfg: Eagle1Config) 
     for name in ("vocab_size", "hidden_size"):
         got, want = getattr(layer, name), getattr(target_config, name)
         if got != want:
-            raise ValueError(
+            raise InvalidInputError(
                 f"the EAGLE-1 head has {name}={got} but the target has {want}; load the head "
                 "trained on this target (or train one: minieagle train eagle1)"
             )
     for name, shape in head_param_shapes(head_cfg).items():
         if name not in head:
-            raise ValueError(f"the EAGLE-1 head has no parameter {name!r}; load a complete head")
+            raise InvalidInputError(
+                f"the EAGLE-1 head has no parameter {name!r}; load a complete head"
+            )
         if tuple(head[name].shape) != tuple(shape):
-            raise ValueError(
+            raise InvalidInputError(
                 f"head parameter {name!r} has shape {tuple(head[name].shape)} but its config "
                 f"says {tuple(shape)}; the weights and config.json do not belong together"
             )

@@ -48,6 +48,7 @@ from minieagle.dynamic_tree import (
     top_children,
 )
 from minieagle.eagle1 import Eagle1Config
+from minieagle.errors import InvalidInputError
 from minieagle.sampling import Randomness
 from minieagle.tree import Tree, children
 
@@ -143,4 +144,4 @@ def _reached_nodes(tree: Tree, confidence: np.ndarray, kept_tokens) -> list[tupl
 
 def _check_positive(name: str, value, minimum: int, example: str) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name}={value!r} must be an integer >= {minimum}; pass {example}")
+        raise InvalidInputError(f"{name}={value!r} must be an integer >= {minimum}; pass {example}")
