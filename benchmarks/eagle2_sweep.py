@@ -34,7 +34,7 @@ from minieagle.drafters import build_drafter
 from minieagle.drafters.eagle2 import DEFAULT_DEPTH, DEFAULT_TOTAL_TOKENS
 from minieagle.dynamic_tree import calibration_table
 from minieagle.eagle1 import load_head
-from minieagle.generate import generate
+from minieagle.generate import emitted_per_forward, generate
 
 
 def _spread(values) -> dict:
@@ -60,7 +60,10 @@ def sweep(params, config, head, prompts, *, depths, totals, top_k, new_tokens, r
             target=(params, config),
             head=head,
             depth=depth,
-            top_k=top_k,
+            # A tree of `total` nodes keeps total - 1 drafts, and a draft outside the top
+            # total - 1 of its siblings has total - 1 better nodes (siblings, ancestors) above
+            # it, so it is never kept: the clamp gives the same tree, without the wasted work.
+            top_k=min(top_k, total - 1),
             total_tokens=total,
         )
 
@@ -102,8 +105,6 @@ def sweep(params, config, head, prompts, *, depths, totals, top_k, new_tokens, r
     grid = []
     for depth, total in points:
         rows = runs[_label(depth, total)]
-        cycles = sum(len(r.accepted_per_cycle) for _, _, r in rows)
-        emitted = sum(sum(a + 1 for a in r.accepted_per_cycle) for _, _, r in rows)
         speedups = [
             tokens_per_s(_label(depth, total), rep) / tokens_per_s("vanilla", rep)
             for rep in range(repeats)
@@ -114,7 +115,7 @@ def sweep(params, config, head, prompts, *, depths, totals, top_k, new_tokens, r
                 "depth": depth,
                 "total_tokens": total,
                 "top_k": top_k,
-                "tau": emitted / cycles,
+                "tau": emitted_per_forward([r for _, _, r in rows]),
                 "speedup": _spread(speedups),
                 "tokens_per_s": _spread(
                     [tokens_per_s(_label(depth, total), rep) for rep in range(repeats)]

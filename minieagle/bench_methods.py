@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from minieagle.config import LlamaConfig
 from minieagle.errors import InvalidInputError
-from minieagle.generate import generate
+from minieagle.generate import emitted_per_forward, generate
 from minieagle.sampling import SamplingParams
 
 SETTINGS = {"T=0": SamplingParams(), "T=1": SamplingParams(temperature=1.0)}
@@ -95,15 +95,14 @@ def _summarise(runs, names, repeats, max_depth, greedy) -> dict:
         for name in names:
             rows = pick(name)
             results = [r[3] for r in rows]
-            cycles = sum(len(r.accepted_per_cycle) for r in results)
-            emitted = sum(sum(a + 1 for a in r.accepted_per_cycle) for r in results)
+            tau = emitted_per_forward(results)
             speedups = [tok_s(rows, rep) / tok_s(base, rep) for rep in range(repeats)]
             entry = {
-                "tau": emitted / cycles,
+                "tau": tau,
                 "alpha": _pooled_alpha(results, max_depth),
                 "tokens_per_s": _spread([tok_s(rows, rep) for rep in range(repeats)]),
                 "speedup": _spread(speedups),
-                "efficiency": statistics.median(speedups) / (emitted / cycles),
+                "efficiency": statistics.median(speedups) / tau,
             }
             if greedy:
                 reference = {(rep, i): res.tokens for rep, _, i, res in base}

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
 from pathlib import Path
 
-from minieagle.errors import InvalidInputError
+from minieagle.errors import EXIT_ERROR, EXIT_INTERRUPTED, InvalidInputError, MinieagleError
 
 PRETRAINED = Path(__file__).parent / "pretrained"
 DEFAULT_MODEL = PRETRAINED / "small"
@@ -25,7 +27,10 @@ def _load(model_dir: str | Path):
 
     params, config, tokenizer = load_checkpoint(model_dir)
     if tokenizer is None:
-        raise SystemExit(f"error: {model_dir} has no tokenizer.json; it cannot encode a prompt")
+        raise InvalidInputError(
+            f"{model_dir} has no tokenizer.json, so a prompt cannot be encoded; copy the "
+            "tokenizer.json the model was trained with into that directory"
+        )
     return params, config, tokenizer
 
 
@@ -35,28 +40,62 @@ def _sampling(args):
     return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
 
 
+# Which method each method flag belongs to; a flag given to another method is an error, not
+# silently ignored. None as the argparse default tells "not given" from "given the default".
+_METHOD_FLAGS = {
+    "gamma": ("--gamma", ("draft-model",)),
+    "draft_model": ("--draft-model", ("draft-model",)),
+    "head": ("--head", ("eagle1", "eagle2")),
+    "tree": ("--tree", ("eagle1",)),
+    "depth": ("--depth", ("eagle1", "eagle2")),
+    "tree_top_k": ("--tree-top-k", ("eagle2",)),
+    "total_tokens": ("--total-tokens", ("eagle2",)),
+}
+DEFAULT_GAMMA = 4
+DEFAULT_CHAIN_DEPTH = 5
+
+
+def check_method_flags(args) -> None:
+    """Refuse method flags that the chosen --method would ignore."""
+    for name, (flag, methods) in _METHOD_FLAGS.items():
+        if getattr(args, name, None) is not None and args.method not in methods:
+            raise InvalidInputError(
+                f"{flag} applies to --method {' or '.join(methods)}, not {args.method}; "
+                f"drop {flag} or pass --method {methods[0]}"
+            )
+    if args.method == "eagle1" and args.depth is not None and args.tree != "chain":
+        raise InvalidInputError(
+            f"--depth {args.depth} applies to eagle1 only with --tree chain (the default tree "
+            "has a fixed shape); add --tree chain or drop --depth"
+        )
+
+
 def _drafter_factory(args, config, params=None):
     """A function returning a fresh drafter for args.method (None for vanilla); params are the
-    target's (EAGLE heads read its embedding and LM head)."""
+    target's (EAGLE heads read its embedding and LM head). Validates everything first."""
     from minieagle.checkpoint import load_checkpoint
     from minieagle.drafters import build_drafter
 
     draft_model = head = None
     depth = getattr(args, "depth", None)
-    tree = "default" if args.tree == "default" else f"chain:{depth or 5}"
+    chain_depth = DEFAULT_CHAIN_DEPTH if depth is None else depth
+    tree = f"chain:{chain_depth}" if getattr(args, "tree", None) == "chain" else "default"
     if args.method in ("eagle1", "eagle2"):
         from minieagle.eagle1 import load_head
 
-        head = load_head(args.head, dtype=params["model.embed_tokens.weight"].dtype)
+        head_dir = args.head or DEFAULT_HEAD
+        head = load_head(head_dir, dtype=params["model.embed_tokens.weight"].dtype)
     if args.method == "draft-model":
-        draft_params, draft_config, _ = load_checkpoint(args.draft_model, with_tokenizer=False)
+        draft_dir = args.draft_model or DEFAULT_DRAFT_MODEL
+        draft_params, draft_config, _ = load_checkpoint(draft_dir, with_tokenizer=False)
         if draft_config.vocab_size != config.vocab_size:
             raise InvalidInputError(
                 f"draft model vocab_size={draft_config.vocab_size} differs from the target's "
                 f"{config.vocab_size}; both must share one tokenizer"
             )
         draft_model = (draft_params, draft_config)
-    method, gamma = args.method, args.gamma
+    method = args.method
+    gamma = DEFAULT_GAMMA if getattr(args, "gamma", None) is None else args.gamma
     target = (params, config)
     kwargs = dict(draft_model=draft_model, gamma=gamma, target=target, head=head, tree=tree)
     if method == "eagle2":
@@ -68,6 +107,7 @@ def _drafter_factory(args, config, params=None):
 def cmd_generate(args) -> int:
     from minieagle.generate import generate
 
+    check_method_flags(args)
     params, config, tokenizer = _load(args.model)
     drafter = _drafter_factory(args, config, params)()
     prompt_ids = tokenizer.encode(args.prompt, add_bos=True)
@@ -103,9 +143,9 @@ def cmd_demo(args) -> int:
     )
     methods = {"vanilla": lambda: None}
     for label, method, directory in (
-        ("draft-model", "draft-model", args.draft_model),
-        ("eagle1", "eagle1", args.head),
-        ("eagle2", "eagle2", args.head),
+        ("draft-model", "draft-model", args.draft_model or DEFAULT_DRAFT_MODEL),
+        ("eagle1", "eagle1", args.head or DEFAULT_HEAD),
+        ("eagle2", "eagle2", args.head or DEFAULT_HEAD),
     ):
         if (Path(directory) / "model.safetensors").is_file():
             args.method, args.tree = method, "default"
@@ -197,7 +237,26 @@ def _train_eagle1(args) -> int:
     return 0
 
 
+def _check_output_file(path) -> None:
+    """Refuse an --out whose directory is missing or read-only before anything is measured."""
+    if path is None:
+        return
+    parent = Path(path).absolute().parent
+    if not parent.is_dir():
+        raise InvalidInputError(
+            f"--out {path}: the directory {parent} does not exist; create it first "
+            f"(mkdir -p {parent}) or pass another path"
+        )
+    if Path(path).is_dir():
+        raise InvalidInputError(
+            f"--out {path} is a directory; pass a file path such as {path}/bench.json"
+        )
+    if not os.access(parent, os.W_OK):
+        raise InvalidInputError(f"--out {path}: {parent} is not writable; pass another path")
+
+
 def cmd_bench(args) -> int:
+    _check_output_file(args.out)
     if args.suite in ("model", "all"):
         from minieagle.bench import run_bench
 
@@ -216,8 +275,9 @@ def cmd_bench(args) -> int:
             ("eagle2", "eagle2", "default"),
         ]
         for label, method, tree in variants:
-            if method in ("eagle1", "eagle2") and not Path(args.head).is_dir():
-                print(f"[bench: no EAGLE-1 head at {args.head}; {label} skipped]", file=sys.stderr)
+            head_dir = args.head or DEFAULT_HEAD
+            if method in ("eagle1", "eagle2") and not Path(head_dir).is_dir():
+                print(f"[bench: no EAGLE-1 head at {head_dir}; {label} skipped]", file=sys.stderr)
                 continue
             args.method, args.tree = method, tree
             methods[label] = _drafter_factory(args, config, params)
@@ -233,73 +293,120 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _integer(minimum: int, example: str):
+    """An argparse type: an integer >= minimum; the message names the value and an example."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not an integer; pass {example}"
+            ) from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below {minimum}; pass {example}")
+        return value
+
+    return parse
+
+
+def _number(example: str, *, positive: bool = False):
+    """An argparse type: a finite float (> 0 when positive)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number; pass {example}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number; pass {example}")
+        if positive and value <= 0:
+            raise argparse.ArgumentTypeError(f"{value} is not positive; pass {example}")
+        return value
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="minieagle", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="minieagle",
+        description=__doc__,
+        epilog="exit codes: 0 success; 2 an error minieagle explains (bad input, missing or "
+        "unreadable file, diverged training, out of memory); 1 a bug (please report the "
+        "traceback); 130 interrupted",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def sampling_flags(p):
         p.add_argument("--model", default=str(DEFAULT_MODEL), help="checkpoint directory")
-        p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-        p.add_argument("--top-k", type=int, default=0, help="0 = off")
-        p.add_argument("--top-p", type=float, default=1.0, help="1 = off")
-        p.add_argument("--max-new-tokens", type=int, default=64)
-        p.add_argument("--seed", type=int, default=0)
-
-    def method_flags(p):
         p.add_argument(
-            "--method",
-            default="vanilla",
-            choices=["vanilla", "draft-model", "eagle1", "eagle2"],
-            help="decoding method (default: vanilla)",
+            "--temperature", type=_number("0 (greedy) or e.g. 0.7"), default=0.0, help="0 = greedy"
         )
+        p.add_argument("--top-k", type=_integer(0, "0 (off) or e.g. 50"), default=0, help="0 = off")
+        p.add_argument(
+            "--top-p", type=_number("a probability in (0, 1]"), default=1.0, help="1 = off"
+        )
+        p.add_argument("--max-new-tokens", type=_integer(0, "a count such as 64"), default=64)
+        p.add_argument("--seed", type=_integer(0, "a seed >= 0 such as 1"), default=0)
+
+    def method_flags(p, *, with_method: bool):
+        if with_method:
+            p.add_argument(
+                "--method",
+                default="vanilla",
+                choices=["vanilla", "draft-model", "eagle1", "eagle2"],
+                help="decoding method (default: vanilla)",
+            )
+            p.add_argument(
+                "--tree",
+                choices=["default", "chain"],
+                help="eagle1's static tree: the 26-token default, or a chain of --depth drafts",
+            )
         p.add_argument(
             "--draft-model",
             dest="draft_model",
-            default=str(DEFAULT_DRAFT_MODEL),
-            help="draft model directory for --method draft-model",
+            help=f"draft model directory for draft-model (default: {DEFAULT_DRAFT_MODEL.name})",
         )
-        p.add_argument("--gamma", type=int, default=4, help="draft tokens per cycle")
+        p.add_argument(
+            "--gamma",
+            type=_integer(1, "a draft length such as 4"),
+            help=f"draft-model: draft tokens per cycle (default {DEFAULT_GAMMA})",
+        )
         p.add_argument(
             "--head",
-            default=str(DEFAULT_HEAD),
-            help="EAGLE-1 head directory for --method eagle1 and eagle2 (same weights)",
-        )
-        p.add_argument(
-            "--tree",
-            choices=["default", "chain"],
-            default="default",
-            help="EAGLE-1 static tree: the 26-token default, or a chain of --depth drafts",
+            help=f"EAGLE-1 head directory for eagle1 and eagle2, same weights (default: "
+            f"{DEFAULT_HEAD.name})",
         )
         p.add_argument(
             "--depth",
-            type=int,
-            help="eagle1 --tree chain: drafts in the chain (default 5); eagle2: expansion "
-            "steps, so the tree is up to depth + 1 drafts deep (default 5)",
+            type=_integer(1, "a depth such as 5"),
+            help=f"eagle1 --tree chain: drafts in the chain (default {DEFAULT_CHAIN_DEPTH}); "
+            "eagle2: expansion steps, so the tree is up to depth + 1 drafts deep (default 5)",
         )
         p.add_argument(
             "--tree-top-k",
             dest="tree_top_k",
-            type=int,
+            type=_integer(1, "a branching such as 8"),
             help="eagle2: candidates expanded per level and children per candidate (default 8; "
-            "--top-k is the sampling filter)",
+            "at most --total-tokens - 1; --top-k is the sampling filter)",
         )
         p.add_argument(
             "--total-tokens",
             dest="total_tokens",
-            type=int,
+            type=_integer(2, "a tree size such as 26"),
             help="eagle2: tree nodes verified per cycle, the root included (default 26)",
         )
 
     p = sub.add_parser("generate", help="continue a prompt with the target model")
     p.add_argument("prompt")
     sampling_flags(p)
-    method_flags(p)
+    method_flags(p, with_method=True)
     p.add_argument("--stats", action="store_true", help="print tokens and ms/token to stderr")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("demo", help="generate from the shipped model on a prose and a code prompt")
     sampling_flags(p)
-    method_flags(p)
+    method_flags(p, with_method=False)
     p.set_defaults(func=cmd_demo, max_new_tokens=48)
 
     p = sub.add_parser("train", help="train a model (see docs/training.md)")
@@ -324,26 +431,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--generated-tokens",
         dest="generated_tokens",
-        type=int,
+        type=_integer(1, "a count such as 200000"),
         help="eagle1 --data generated: how many tokens the target writes first (200000)",
     )
     p.add_argument(
-        "--noise", type=float, help="eagle1: half-width of the U(-a, a) feature noise (0.1)"
+        "--noise",
+        type=_number("a half-width such as 0.1"),
+        help="eagle1: half-width of the U(-a, a) feature noise (0.1)",
     )
     p.add_argument("--preset", help="nano | tiny | small")
     p.add_argument("--out-dir", dest="out_dir", help="run directory (state for resume)")
     p.add_argument("--tokenizer", help="tokenizer.json to use (default: train one)")
     for name, kind in (
-        ("steps", int),
-        ("batch-size", int),
-        ("seq-len", int),
-        ("lr", float),
-        ("warmup-steps", int),
-        ("eval-every", int),
-        ("eval-batches", int),
-        ("save-every", int),
-        ("seed", int),
-        ("max-train-chars", int),
+        ("steps", _integer(1, "a step count such as 1000")),
+        ("batch-size", _integer(1, "a batch size such as 8")),
+        ("seq-len", _integer(1, "a window length such as 256")),
+        ("lr", _number("a learning rate such as 3e-3", positive=True)),
+        ("warmup-steps", _integer(0, "a step count such as 100")),
+        ("eval-every", _integer(1, "a step count such as 250")),
+        ("eval-batches", _integer(1, "a count such as 8")),
+        ("save-every", _integer(1, "a step count such as 100")),
+        ("seed", _integer(0, "a seed >= 0 such as 1")),
+        ("max-train-chars", _integer(0, "0 (the whole split) or a character count")),
     ):
         p.add_argument(f"--{name}", dest=name.replace("-", "_"), type=kind)
     p.add_argument("--export-dir", dest="export_dir", help="final HF-layout model directory")
@@ -359,22 +468,50 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--suite", choices=["model", "methods", "all"], default="model")
     p.add_argument("--model", default=str(DEFAULT_MODEL))
-    method_flags(p)
-    p.add_argument("--prompts-per-corpus", dest="prompts_per_corpus", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--new-tokens", type=int, default=64)
+    method_flags(p, with_method=False)
+    p.add_argument(
+        "--prompts-per-corpus",
+        dest="prompts_per_corpus",
+        type=_integer(1, "a count such as 3"),
+        default=3,
+    )
+    p.add_argument("--repeats", type=_integer(1, "a count such as 5"), default=5)
+    p.add_argument("--new-tokens", type=_integer(1, "a count such as 64"), default=64)
     p.add_argument("--out", help="write the results as JSON here")
     p.set_defaults(func=cmd_bench)
     return parser
 
 
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return EXIT_ERROR
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run the command; returns its exit code (see `minieagle.errors`). Errors minieagle
+    explains print one line, `error: ...`; only a bug prints a traceback."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit:  # argparse: --help (0) or a usage error, already printed (2)
+        return exit.code
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except MinieagleError as error:
+        return _fail(str(error))
+    except PermissionError as error:
+        where = error.filename or "a file"
+        return _fail(f"permission denied on {where}; fix its permissions or choose another path")
+    except OSError as error:  # a file where a directory should be, a full disk, ...
+        where = f" ({error.filename})" if error.filename else ""
+        return _fail(f"{error.strerror or error}{where}; check the path and the disk")
+    except MemoryError:
+        return _fail(
+            "out of memory; lower --batch-size or --seq-len, use a smaller model, or close other "
+            "programs"
+        )
+    except KeyboardInterrupt:
+        print("interrupted; a training run resumes from its last save", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

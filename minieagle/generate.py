@@ -35,15 +35,19 @@ class GenerationResult:
     prompt_length: int
     stop_reason: str  # "eos", "max_new_tokens" or "context_full"
     target_forwards: int  # verification forwards (one per cycle), prefill excluded
-    accepted_per_cycle: list[int] = field(default_factory=list)  # draft tokens accepted
+    accepted_per_cycle: list[int] = field(default_factory=list)  # drafts the verifier accepted
+    emitted_per_cycle: list[int] = field(default_factory=list)  # tokens returned to the caller
     drafted_depth_per_cycle: list[int] = field(default_factory=list)  # the tree's depth
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
 
     @property
     def tau(self) -> float:
-        """Acceptance length: tokens emitted per target forward, bonus token included."""
-        return sum(a + 1 for a in self.accepted_per_cycle) / max(1, len(self.accepted_per_cycle))
+        """Acceptance length: tokens emitted per target forward, bonus token included (NaN
+        before the first forward). Emitted means returned: drafts the verifier accepted but
+        `max_new_tokens` or end-of-text cut off do not count, so the last cycle may add fewer
+        than `accepted_per_cycle[-1] + 1`."""
+        return emitted_per_forward([self])
 
     def acceptance_by_depth(self, max_depth: int) -> list[float]:
         """n-alpha: at depth n+1, the fraction of cycles that accepted a token there among the
@@ -80,6 +84,13 @@ class _TargetDistributions:
         if node not in self.rows:
             self.rows[node] = target_distribution(self.logits[node], self.sampling)
         return self.rows[node]
+
+
+def emitted_per_forward(results) -> float:
+    """τ pooled over several generations: all tokens emitted / all target forwards (NaN when
+    there was no forward). The one definition the CLI, the benchmarks and the notebooks use."""
+    forwards = sum(len(r.emitted_per_cycle) for r in results)
+    return sum(sum(r.emitted_per_cycle) for r in results) / forwards if forwards else float("nan")
 
 
 def check_prompt(config: LlamaConfig, prompt_ids, max_new_tokens: int) -> None:
@@ -166,14 +177,15 @@ def generate(
         result.target_forwards += 1
         result.accepted_per_cycle.append(len(verdict.accepted))
         result.drafted_depth_per_cycle.append(int(trees.depths(draft_tree).max()))
-        emitted = kept_tokens[1:] + [verdict.next_token]
-        for token in emitted:
+        before = len(result.tokens)
+        for token in kept_tokens[1:] + [verdict.next_token]:
             result.tokens.append(token)
             if stop_at_eos and token == config.eos_token_id:
                 result.stop_reason = "eos"
                 break
             if len(result.tokens) == max_new_tokens:
                 break
+        result.emitted_per_cycle.append(len(result.tokens) - before)
         if result.stop_reason == "eos":
             break
         root = verdict.next_token

@@ -112,23 +112,12 @@ def _merge_heads(x):
     return xp.reshape(xp.permute_dims(x, (0, 2, 1, 3)), (B, T, heads * hd))
 
 
-def decoder_layer_forward(
-    params, prefix: str, config: LlamaConfig, x, cos, sin, mask, cache=None, layer: int = 0
-):
-    """One pre-norm Llama block. x [B, T, d] -> (x + attn + mlp [B, T, d], cache).
+def qkv_forward(params, prefix: str, config: LlamaConfig, n1, cos, sin):
+    """The attention's rotated queries and its keys and values, from the normed input.
 
-    h = x + o_proj(attention(rope(q), rope(k), v));  out = h + down(silu(gate(n)) * up(n)),
-    with n = RMSNorm(h) and the attention input RMSNorm(x). A layer without
-    `input_layernorm.weight` in params attends over x itself: EAGLE-1's draft layer drops that
-    norm because its input is already a normalised feature mix."""
-    H, Hkv = config.num_attention_heads, config.num_key_value_heads
-    p = prefix
-    if p + "input_layernorm.weight" in params:
-        n1, c_n1 = layers.rmsnorm_forward(
-            x, params[p + "input_layernorm.weight"], config.rms_norm_eps
-        )
-    else:
-        n1, c_n1 = x, None
+    n1 [B, T, d_in] (d_in = d in a Llama layer, 2d in EAGLE-3's) -> ((q [B, H, T, hd],
+    k [B, Hkv, T, hd], v [B, Hkv, T, hd]), cache); RoPE rotates q and k by cos, sin."""
+    H, Hkv, p = config.num_attention_heads, config.num_key_value_heads, prefix
     q, c_q = layers.linear_forward(n1, params[p + "self_attn.q_proj.weight"])  # [B, T, H*hd]
     k, c_k = layers.linear_forward(n1, params[p + "self_attn.k_proj.weight"])  # [B, T, Hkv*hd]
     v, c_v = layers.linear_forward(n1, params[p + "self_attn.v_proj.weight"])
@@ -137,9 +126,27 @@ def decoder_layer_forward(
     v = _split_heads(v, Hkv)
     q, c_rq = layers.rope_forward(q, cos, sin)
     k, c_rk = layers.rope_forward(k, cos, sin)
-    if cache is not None:
-        k, v = cache.append(layer, k, v)  # [B, Hkv, S, hd]
-    a, c_att = layers.attention_forward(q, k, v, mask)  # [B, H, T, hd]
+    return (q, k, v), (c_q, c_k, c_v, c_rq, c_rk)
+
+
+def qkv_backward(dq, dk, dv, cache, prefix: str):
+    """dq [B, H, T, hd], dk, dv [B, Hkv, T, hd] -> (dn1 [B, T, d_in], {name: grad})."""
+    c_q, c_k, c_v, c_rq, c_rk = cache
+    p, grads = prefix, {}
+    dq = _merge_heads(layers.rope_backward(dq, c_rq))  # [B, H, T, hd] -> [B, T, H*hd]
+    dk = _merge_heads(layers.rope_backward(dk, c_rk))  # [B, Hkv, T, hd] -> [B, T, Hkv*hd]
+    dv = _merge_heads(dv)
+    dn1_q, grads[p + "self_attn.q_proj.weight"] = layers.linear_backward(dq, c_q)
+    dn1_k, grads[p + "self_attn.k_proj.weight"] = layers.linear_backward(dk, c_k)
+    dn1_v, grads[p + "self_attn.v_proj.weight"] = layers.linear_backward(dv, c_v)
+    return dn1_q + dn1_k + dn1_v, grads
+
+
+def post_attention_forward(params, prefix: str, config: LlamaConfig, x, a):
+    """The block after attention: a [B, H, T, hd], the residual stream x [B, T, d] ->
+    (out [B, T, d], cache), with h = x + o_proj(a) and out = h + down(silu(gate(n)) * up(n)),
+    n = RMSNorm(h)."""
+    p = prefix
     a = _merge_heads(a)  # [B, T, H*hd]
     o, c_o = layers.linear_forward(a, params[p + "self_attn.o_proj.weight"])  # [B, T, d]
     h = x + o
@@ -150,12 +157,12 @@ def decoder_layer_forward(
     u, c_u = layers.linear_forward(n2, params[p + "mlp.up_proj.weight"])  # [B, T, I]
     m, c_m = layers.swiglu_forward(g, u)
     down, c_d = layers.linear_forward(m, params[p + "mlp.down_proj.weight"])  # [B, T, d]
-    return h + down, (c_n1, c_q, c_k, c_v, c_rq, c_rk, c_att, c_o, c_n2, c_g, c_u, c_m, c_d)
+    return h + down, (c_o, c_n2, c_g, c_u, c_m, c_d)
 
 
-def decoder_layer_backward(dout, cache, prefix: str, config: LlamaConfig):
-    """dout [B, T, d] -> (dx [B, T, d], {name: grad})."""
-    c_n1, c_q, c_k, c_v, c_rq, c_rk, c_att, c_o, c_n2, c_g, c_u, c_m, c_d = cache
+def post_attention_backward(dout, cache, prefix: str, config: LlamaConfig):
+    """dout [B, T, d] -> (dx [B, T, d] (the residual's share), da [B, H, T, hd], {name: grad})."""
+    c_o, c_n2, c_g, c_u, c_m, c_d = cache
     p, grads = prefix, {}
     dm, grads[p + "mlp.down_proj.weight"] = layers.linear_backward(dout, c_d)
     dg, du = layers.swiglu_backward(dm, c_m)
@@ -166,20 +173,44 @@ def decoder_layer_backward(dout, cache, prefix: str, config: LlamaConfig):
     )
     dh = dout + dh_n
     da, grads[p + "self_attn.o_proj.weight"] = layers.linear_backward(dh, c_o)
-    da = _split_heads(da, config.num_attention_heads)  # [B, H, T, hd]
+    return dh, _split_heads(da, config.num_attention_heads), grads  # da: [B, H, T, hd]
+
+
+def decoder_layer_forward(
+    params, prefix: str, config: LlamaConfig, x, cos, sin, mask, cache=None, layer: int = 0
+):
+    """One pre-norm Llama block. x [B, T, d] -> (x + attn + mlp [B, T, d], cache).
+
+    h = x + o_proj(attention(rope(q), rope(k), v));  out = h + down(silu(gate(n)) * up(n)),
+    with n = RMSNorm(h) and the attention input RMSNorm(x). A layer without
+    `input_layernorm.weight` in params attends over x itself: EAGLE-1's draft layer drops that
+    norm because its input is already a normalised feature mix. The two halves around the
+    attention (`qkv_forward`, `post_attention_forward`) also serve EAGLE-3's layer."""
+    p = prefix
+    if p + "input_layernorm.weight" in params:
+        n1, c_n1 = layers.rmsnorm_forward(
+            x, params[p + "input_layernorm.weight"], config.rms_norm_eps
+        )
+    else:
+        n1, c_n1 = x, None
+    (q, k, v), c_qkv = qkv_forward(params, p, config, n1, cos, sin)
+    if cache is not None:
+        k, v = cache.append(layer, k, v)  # [B, Hkv, S, hd]
+    a, c_att = layers.attention_forward(q, k, v, mask)  # [B, H, T, hd]
+    out, c_post = post_attention_forward(params, p, config, x, a)
+    return out, (c_n1, c_qkv, c_att, c_post)
+
+
+def decoder_layer_backward(dout, cache, prefix: str, config: LlamaConfig):
+    """dout [B, T, d] -> (dx [B, T, d], {name: grad})."""
+    c_n1, c_qkv, c_att, c_post = cache
+    dh, da, grads = post_attention_backward(dout, c_post, prefix, config)
     dq, dk, dv = layers.attention_backward(da, c_att)
-    dq = layers.rope_backward(dq, c_rq)
-    dk = layers.rope_backward(dk, c_rk)
-    dq = _merge_heads(dq)  # [B, T, H*hd]
-    dk = _merge_heads(dk)  # [B, T, Hkv*hd]
-    dv = _merge_heads(dv)
-    dn1_q, grads[p + "self_attn.q_proj.weight"] = layers.linear_backward(dq, c_q)
-    dn1_k, grads[p + "self_attn.k_proj.weight"] = layers.linear_backward(dk, c_k)
-    dn1_v, grads[p + "self_attn.v_proj.weight"] = layers.linear_backward(dv, c_v)
-    dn1 = dn1_q + dn1_k + dn1_v
+    dn1, qkv_grads = qkv_backward(dq, dk, dv, c_qkv, prefix)
+    grads.update(qkv_grads)
     if c_n1 is None:
         return dh + dn1, grads
-    dx_n, grads[p + "input_layernorm.weight"] = layers.rmsnorm_backward(dn1, c_n1)
+    dx_n, grads[prefix + "input_layernorm.weight"] = layers.rmsnorm_backward(dn1, c_n1)
     return dh + dx_n, grads
 
 

@@ -231,6 +231,7 @@ for offset, (choices, results) in zip((-0.2, 0.2), runs.items(), strict=True):
     pooled = GenerationResult([], 0, "", 0)  # every cycle of every prompt
     for result in results:
         pooled.accepted_per_cycle += result.accepted_per_cycle
+        pooled.emitted_per_cycle += result.emitted_per_cycle
         pooled.drafted_depth_per_cycle += result.drafted_depth_per_cycle
     alpha = pooled.acceptance_by_depth(5)
     print(f"{choices:8} tau = {pooled.tau:.2f}, n-alpha (n = 0..4) =", np.round(alpha, 2))

@@ -190,7 +190,7 @@ static, dynamic = (Eagle1Drafter(params, config, head, head_cfg),
 for name, drafter in (("EAGLE-1 static", static), ("EAGLE-2 dynamic", dynamic)):
     result = generate(params, config, prompt_ids, drafter=drafter, max_new_tokens=n_new)
     print(f"{name:15}: tau = {result.tau:.2f} over {result.target_forwards} target forwards")
-    plt.step(np.arange(result.target_forwards), np.add(result.accepted_per_cycle, 1),
+    plt.step(np.arange(result.target_forwards), result.emitted_per_cycle,
              where="mid", label=f"{name}: tokens emitted (τ = {result.tau:.2f})")  # fmt: skip
 plt.step(np.arange(result.target_forwards), result.drafted_depth_per_cycle, where="mid",
          ls=":", color="black", label="EAGLE-2: depth of its tree")  # fmt: skip

@@ -84,14 +84,17 @@ def test_demo_runs_greedy_and_sampled_on_prose_and_code(checkpoint, tmp_path, ca
     [
         (["--top-p", "1.5"], "top_p=1.5 is outside (0, 1]"),
         (["--temperature", "-1"], "temperature=-1.0 is negative"),
-        (["--top-k", "-2"], "top_k=-2 is negative"),
-        (["--max-new-tokens", "-1"], "max_new_tokens=-1 is negative"),
+        (["--top-k", "-2"], "argument --top-k: -2 is below 0; pass 0 (off)"),
+        (["--max-new-tokens", "-1"], "argument --max-new-tokens: -1 is below 0; pass a count"),
+        (["--seed", "-1"], "argument --seed: -1 is below 0; pass a seed"),
+        (["--max-new-tokens", "1.5"], "argument --max-new-tokens: '1.5' is not an integer"),
+        (["--temperature", "nan"], "argument --temperature: nan is not a finite number"),
     ],
 )
 def test_bad_sampling_flags_exit_2_with_the_fix(checkpoint, capsys, flags, message):
     assert main(["generate", "Hi", "--model", checkpoint, *flags]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ")
+    assert err.startswith("error: ") or err.startswith("usage: ")
     assert message in err
 
 
@@ -100,19 +103,16 @@ def test_a_missing_model_directory_exits_2(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
-def test_a_model_without_tokenizer_is_refused(tmp_path, checkpoint):
+def test_a_model_without_tokenizer_is_refused(tmp_path, checkpoint, capsys):
     params, config, _ = load_checkpoint(checkpoint)
     save_checkpoint(tmp_path / "bare", params, config)
-    with pytest.raises(SystemExit) as error:
-        main(["generate", "Hi", "--model", str(tmp_path / "bare")])
-    assert "has no tokenizer.json" in str(error.value.code)
+    assert main(["generate", "Hi", "--model", str(tmp_path / "bare")]) == 2
+    assert "has no tokenizer.json" in capsys.readouterr().err
 
 
 def test_a_flag_of_the_wrong_type_is_a_usage_error(capsys):
-    with pytest.raises(SystemExit) as error:
-        main(["generate", "Hi", "--top-k", "many"])
-    assert error.value.code == 2
-    assert "invalid int value: 'many'" in capsys.readouterr().err
+    assert main(["generate", "Hi", "--top-k", "many"]) == 2
+    assert "argument --top-k: 'many' is not an integer" in capsys.readouterr().err
 
 
 def test_python_dash_m_minieagle_help():

@@ -202,6 +202,7 @@ def test_the_checks_catch_a_selection_without_guard_or_tie_break():
     st.integers(0, 16),
 )
 def test_greedy_eagle2_is_greedy_vanilla(prompt, depth, top_k, total_tokens, n):
+    top_k = min(top_k, total_tokens - 1)
     result = _run(prompt, _drafter(depth, top_k, total_tokens), n=n)
     assert result.tokens == greedy_reference(TARGET, CONFIG, prompt, n)
 
@@ -468,6 +469,7 @@ def test_calibration_records_are_the_reached_nodes(sampling):
         ({"total_tokens": 1}, "total_tokens=1 must be an integer >= 2"),
         ({"depth": 2.5}, "depth=2.5 must be an integer"),
         ({"top_k": True}, "top_k=True must be an integer"),
+        ({"top_k": 5000, "total_tokens": 26}, "top_k=5000 exceeds total_tokens - 1 = 25"),
     ],
 )
 def test_bad_sizes_are_refused(kwargs, message):

@@ -290,6 +290,40 @@ def test_self_draft_accepts_every_proposal(sampling, gamma):
         assert min(rng.coins) >= 1 - 1e-12
 
 
+@pytest.mark.parametrize("max_new_tokens", [1, 4, 7])
+def test_tau_counts_only_emitted_tokens(max_new_tokens):
+    """tau = tokens returned / target forwards: with gamma = 10 self-drafted tokens a cycle, one
+    forward accepts all 10 drafts, but max_new_tokens cuts them; the cut drafts do not count
+    (the verifier's acceptance, accepted_per_cycle, still records all 10)."""
+    drafter = DraftModelDrafter(TARGET, CONFIG, 10)
+    result = _speculative([1, 3], drafter, SamplingParams(), SeededRandomness(0), max_new_tokens)
+    assert result.target_forwards == 1 and result.accepted_per_cycle == [10]
+    assert result.emitted_per_cycle == [max_new_tokens]
+    assert result.tau == max_new_tokens == len(result.tokens)
+
+
+@settings(max_examples=15)
+@given(
+    gamma=st.integers(1, 5),
+    max_new_tokens=st.integers(0, 12),
+    seed=st.integers(0, 3),
+    stop_at_eos=st.booleans(),
+)
+def test_tau_is_emitted_tokens_per_target_forward(gamma, max_new_tokens, seed, stop_at_eos):
+    """For any run, tau == len(tokens) / target_forwards (NaN when nothing was decoded)."""
+    drafter = DraftModelDrafter(_draft_params(seed), DRAFT_CONFIG, gamma)
+    sampling = SamplingParams(temperature=1.0)
+    result = _speculative(
+        [1, 4], drafter, sampling, SeededRandomness(seed), max_new_tokens, stop_at_eos
+    )
+    assert sum(result.emitted_per_cycle) == len(result.tokens)
+    assert len(result.emitted_per_cycle) == result.target_forwards
+    if result.target_forwards:
+        assert result.tau == len(result.tokens) / result.target_forwards
+    else:
+        assert np.isnan(result.tau)
+
+
 # ---------------------------------------------------------------------------- adversarial draft
 
 

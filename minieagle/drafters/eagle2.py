@@ -81,6 +81,14 @@ class Eagle2Drafter(HeadDrafter):
         _check_positive("depth", depth, 1, "expansion steps such as 5")
         _check_positive("top_k", top_k, 1, "a branching such as 8")
         _check_positive("total_tokens", total_tokens, 2, "nodes verified (root included), e.g. 26")
+        if top_k > total_tokens - 1:
+            # More candidates per level than the tree can keep only cost time: the expansion
+            # grows with top_k squared, and at most total_tokens - 1 drafts are kept.
+            raise InvalidInputError(
+                f"top_k={top_k} exceeds total_tokens - 1 = {total_tokens - 1}, the drafts a tree "
+                f"of {total_tokens} nodes keeps; pass top_k <= {total_tokens - 1} or raise "
+                "total_tokens"
+            )
         super().__init__(target_params, target_config, head, head_cfg)
         self.depth, self.top_k, self.total_tokens = depth, top_k, total_tokens
         self.draft_slots = depth * top_k  # the frontier nodes fed to the head each cycle
