@@ -1,0 +1,776 @@
+"""EAGLE-3's draft head (Li et al. 2025, §3): one decoder layer that reads the target's fused
+low/mid/high features and the next token, predicts that token's successor directly over a
+reduced draft vocabulary, and is trained by *training-time test* (TTT) on its own outputs.
+
+At position t the head reads e = Embed(x_{t+1}) (the target's embedding, frozen) and a feature
+x_t: the fused target feature g_t = fc([l_t, m_t, h_t]) at real positions, or its own previous
+output a at drafted ones (fc is skipped then). Then
+
+    n = [RMSNorm_input(e), RMSNorm_hidden(x_t)]      # [.., T, 2d]: embedding first
+    h = x_t + o_proj(attention(q(n), k(n), v(n)))    # the residual is the UN-normed feature
+    a = h + down(silu(gate(RMSNorm_post(h))) * up(RMSNorm_post(h)))
+    logits = lm_head(RMSNorm_norm(a))                # [.., T, N] over the draft vocabulary
+
+a (pre-norm) is the next step's feature. l, m, h are the residual streams ENTERING target layers
+`aux_layers` (default 2, L//2, L-3). Draft id i stands for target id ids[i] = i + d2t[i] (a
+`DraftVocab`). Tensor names follow SafeAILab/SpecForge (`fc`, `midlayer.*`, `norm`, `lm_head`).
+
+TTT (`ttt_loss`) unrolls the head `steps` times over a window: index t at step s simulates
+drafting position t + s from the real context <= t and its own chain (see `ttt_loss`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from minieagle import layers, losses, model
+from minieagle.backend import arange, array_module, to_host, zeros
+from minieagle.config import LlamaConfig
+from minieagle.eagle1 import _with_batch
+from minieagle.errors import InvalidInputError
+from minieagle.kvcache import KVCache
+
+PREFIX = "midlayer."
+TTT_ATTENTION = ("diagonal", "explicit")
+_REBUILD = "rebuild d2t/t2d from the same token ids (DraftVocab(ids, V).d2t / .t2d)"
+
+
+def default_aux_layers(num_layers: int) -> tuple[int, int, int]:
+    """(2, L // 2, L - 3): the target layers whose input streams EAGLE-3 fuses (low, mid, high),
+    as in the official code and SGLang. Raises for a target too shallow to give three distinct
+    layers (L <= 6)."""
+    L = num_layers
+    if L < 3:
+        raise InvalidInputError(
+            f"the target has num_hidden_layers={L}; EAGLE-3 fuses the inputs of three distinct "
+            "layers, so it needs a target with at least 3 layers"
+        )
+    low_mid_high = (2, L // 2, L - 3)
+    if not low_mid_high[0] < low_mid_high[1] < low_mid_high[2]:
+        raise InvalidInputError(
+            f"the default aux layers (2, L//2, L-3) = {low_mid_high} for num_hidden_layers={L} "
+            f"are not three distinct increasing layers; pass aux_layers explicitly, e.g. "
+            f"(0, {L // 2}, {L - 1})"
+        )
+    return low_mid_high
+
+
+def _check_aux_layers(aux_layers, num_layers: int | None) -> tuple[int, int, int]:
+    """aux_layers as a tuple of three ints, strictly increasing, in [0, num_layers)."""
+    values = tuple(aux_layers)
+    if len(values) != 3 or not all(isinstance(i, int | np.integer) for i in values):
+        raise InvalidInputError(
+            f"aux_layers={aux_layers!r} must be three layer indices (low, mid, high), e.g. "
+            "(2, L // 2, L - 3)"
+        )
+    values = tuple(int(i) for i in values)
+    if not 0 <= values[0] < values[1] < values[2]:
+        raise InvalidInputError(
+            f"aux_layers={values} must be three distinct non-negative layer indices in "
+            "increasing order (low, mid, high); pass e.g. (0, 1, 2)"
+        )
+    if num_layers is not None and values[2] >= num_layers:
+        raise InvalidInputError(
+            f"aux_layers={values} reach outside the target's layers [0, {num_layers}); pass "
+            f"indices below num_hidden_layers={num_layers}"
+        )
+    return values
+
+
+@dataclass(frozen=True)
+class Eagle3Config:
+    """layer: a one-layer LlamaConfig with the target's width, heads, MLP, vocabulary and RoPE.
+    aux_layers: 0-based target layers whose INPUT residual stream is fused (low, mid, high).
+    draft_vocab_size: N, the size of the draft vocabulary (1 <= N <= the target's V)."""
+
+    layer: LlamaConfig
+    aux_layers: tuple[int, int, int]
+    draft_vocab_size: int
+
+    def __post_init__(self) -> None:
+        if self.layer.num_hidden_layers != 1:
+            raise InvalidInputError(
+                f"layer has num_hidden_layers={self.layer.num_hidden_layers}; the EAGLE-3 head "
+                "is one decoder layer (use Eagle3Config.from_target)"
+            )
+        object.__setattr__(self, "aux_layers", _check_aux_layers(self.aux_layers, None))
+        V, N = self.layer.vocab_size, self.draft_vocab_size
+        if not isinstance(N, int | np.integer) or N < 1:
+            raise InvalidInputError(
+                f"draft_vocab_size={N!r} must be a positive integer; pass e.g. {V} (the full "
+                "vocabulary)"
+            )
+        if N > V:
+            raise InvalidInputError(
+                f"draft_vocab_size={N} exceeds the target's vocab_size={V}; the draft vocabulary "
+                f"is a subset of the target's, so pass a size in [1, {V}]"
+            )
+
+    @classmethod
+    def from_target(
+        cls,
+        target_config: LlamaConfig,
+        *,
+        aux_layers: tuple[int, int, int] | None = None,
+        draft_vocab_size: int | None = None,
+    ) -> Eagle3Config:
+        """The head for a target: same width, MLP, heads, vocabulary and RoPE, one layer; aux
+        layers (2, L//2, L-3) and the full vocabulary unless given."""
+        L = target_config.num_hidden_layers
+        aux = default_aux_layers(L) if aux_layers is None else _check_aux_layers(aux_layers, L)
+        return cls(
+            target_config.replace(num_hidden_layers=1),
+            aux_layers=aux,
+            draft_vocab_size=target_config.vocab_size
+            if draft_vocab_size is None
+            else draft_vocab_size,
+        )
+
+
+# ---------------------------------------------------------------------------- draft vocabulary
+
+
+@dataclass(frozen=True, eq=False)
+class DraftVocab:
+    """The draft vocabulary: draft id i predicts target id ids[i].
+
+    ids: int64 [N], strictly increasing target ids in [0, target_vocab_size). The checkpoint
+    buffers are derived: d2t [N] = ids - arange(N) (target = draft + d2t[draft]) and t2d bool [V]
+    (which target ids the draft can predict)."""
+
+    ids: Any
+    target_vocab_size: int
+
+    def __post_init__(self) -> None:
+        xp = array_module(self.ids)
+        ids = xp.astype(xp.asarray(self.ids), xp.int64)
+        object.__setattr__(self, "ids", ids)
+        V = self.target_vocab_size
+        host = to_host(ids)
+        if host.ndim != 1 or host.size == 0:
+            raise InvalidInputError(
+                f"ids has shape {host.shape}; expected a non-empty 1-D array of target token ids"
+            )
+        if np.any(host[1:] <= host[:-1]) or host[0] < 0 or host[-1] >= V:
+            raise InvalidInputError(
+                f"ids must be strictly increasing target ids in [0, {V}), got {host.tolist()}; "
+                "sort and deduplicate them (np.unique)"
+            )
+
+    @classmethod
+    def full(cls, vocab_size: int, like=None) -> DraftVocab:
+        """Every target id: d2t is all zeros (the reduced vocabulary switched off)."""
+        return cls(arange(vocab_size, like=np.zeros(0) if like is None else like), vocab_size)
+
+    @classmethod
+    def from_buffers(cls, d2t, t2d) -> DraftVocab:
+        """The vocabulary a checkpoint's d2t [N] and t2d [V] describe (checked to agree)."""
+        check_draft_vocab(d2t, t2d, t2d.shape[0])
+        return cls(arange(d2t.shape[0], like=d2t, dtype=d2t.dtype) + d2t, t2d.shape[0])
+
+    @property
+    def size(self) -> int:
+        return self.ids.shape[0]
+
+    @property
+    def d2t(self):
+        """int64 [N]: target id = draft id + d2t[draft id]."""
+        return self.ids - arange(self.size, like=self.ids, dtype=self.ids.dtype)
+
+    @property
+    def t2d(self):
+        """bool [V]: True at the target ids the draft vocabulary holds."""
+        xp = array_module(self.ids)
+        every = arange(self.target_vocab_size, like=self.ids, dtype=self.ids.dtype)  # [V]
+        slot = xp.clip(xp.searchsorted(self.ids, every), 0, self.size - 1)  # [V]
+        return xp.take(self.ids, slot) == every
+
+
+def draft_vocab_from_counts(counts, size: int) -> DraftVocab:
+    """The `size` most frequent target ids (ties: the lower id first), sorted ascending, as in
+    the official `scandata`. counts: [V] non-negative occurrences of each id in the
+    (loss-masked) training targets."""
+    counts = np.asarray(to_host(counts), dtype=np.float64)
+    if counts.ndim != 1:
+        raise InvalidInputError(f"counts has shape {counts.shape}; expected [vocab_size]")
+    V = counts.shape[0]
+    if not 1 <= size <= V:
+        raise InvalidInputError(
+            f"size={size} is outside [1, {V}] (the target's vocab_size); pass a draft "
+            "vocabulary size no larger than the target's"
+        )
+    if np.any(counts < 0):
+        raise InvalidInputError(
+            f"counts hold negative values (min {counts.min()}); pass occurrence counts (>= 0)"
+        )
+    most_frequent = np.argsort(-counts, kind="stable")[:size]  # stable: ties keep id order
+    return DraftVocab(np.sort(most_frequent).astype(np.int64), V)
+
+
+def check_draft_vocab(d2t, t2d, target_vocab: int) -> None:
+    """Raise unless d2t [N] and t2d [target_vocab] describe the same draft vocabulary: the
+    target ids arange(N) + d2t strictly increase inside [0, V), and t2d marks exactly them."""
+    d2t, t2d = to_host(d2t), to_host(t2d)
+    if d2t.ndim != 1 or d2t.size == 0:
+        raise InvalidInputError(
+            f"d2t has shape {d2t.shape}; expected [draft_vocab_size]; {_REBUILD}"
+        )
+    if t2d.shape != (target_vocab,):
+        raise InvalidInputError(
+            f"t2d has shape {t2d.shape}; expected ({target_vocab},) (the target's vocab_size); "
+            f"{_REBUILD}"
+        )
+    N = d2t.shape[0]
+    ids = np.arange(N) + d2t  # [N]
+    if np.any(ids[1:] <= ids[:-1]):
+        i = int(np.argmax(ids[1:] <= ids[:-1])) + 1
+        raise InvalidInputError(
+            f"d2t maps draft ids {i - 1} and {i} to target ids {ids[i - 1]} and {ids[i]}, "
+            f"which do not increase; {_REBUILD}"
+        )
+    if ids[0] < 0 or ids[-1] >= target_vocab:
+        bad = int(ids[0] if ids[0] < 0 else ids[-1])
+        raise InvalidInputError(
+            f"d2t maps a draft id to target id {bad}, outside [0, {target_vocab}); {_REBUILD}"
+        )
+    marked = int(np.sum(t2d))
+    if marked != N:
+        raise InvalidInputError(
+            f"t2d marks {marked} target ids but d2t has {N} draft ids; {_REBUILD}"
+        )
+    if not np.all(t2d[ids]):
+        i = int(np.argmin(t2d[ids]))
+        raise InvalidInputError(
+            f"d2t maps draft id {i} to target id {ids[i]}, which t2d does not mark; {_REBUILD}"
+        )
+
+
+def draft_to_target(draft_ids, vocab: DraftVocab):
+    """Target ids of draft ids (any shape): id + d2t[id], i.e. vocab.ids[id]."""
+    xp = array_module(draft_ids)
+    flat = xp.take(vocab.ids, xp.reshape(draft_ids, (-1,)))  # [n]
+    return xp.reshape(flat, draft_ids.shape)
+
+
+# ---------------------------------------------------------------------------- parameters
+
+
+def head_param_shapes(cfg: Eagle3Config) -> dict[str, tuple[int, ...]]:
+    """Name -> shape ([out, in]) of every trainable tensor, in the SpecForge/SGLang layout."""
+    layer = cfg.layer
+    d, inter, hd = layer.hidden_size, layer.intermediate_size, layer.head_dim
+    q_out, kv_out = layer.num_attention_heads * hd, layer.num_key_value_heads * hd
+    p = PREFIX
+    return {
+        "fc.weight": (d, 3 * d),
+        p + "input_layernorm.weight": (d,),
+        p + "hidden_norm.weight": (d,),
+        p + "self_attn.q_proj.weight": (q_out, 2 * d),
+        p + "self_attn.k_proj.weight": (kv_out, 2 * d),
+        p + "self_attn.v_proj.weight": (kv_out, 2 * d),
+        p + "self_attn.o_proj.weight": (d, q_out),
+        p + "post_attention_layernorm.weight": (d,),
+        p + "mlp.gate_proj.weight": (inter, d),
+        p + "mlp.up_proj.weight": (inter, d),
+        p + "mlp.down_proj.weight": (d, inter),
+        "norm.weight": (d,),
+        "lm_head.weight": (cfg.draft_vocab_size, d),
+    }
+
+
+def init_head(cfg: Eagle3Config, seed: int = 0, dtype=np.float32) -> dict[str, np.ndarray]:
+    """Fresh head: norms at 1; linear weights N(0, initializer_range), o_proj and down_proj
+    scaled by 1/sqrt(2) as `model.init_params` scales a one-layer model's; fc as nn.Linear
+    (uniform in ±1/sqrt(3d)), so g keeps a third of its input's variance."""
+    rng = np.random.default_rng(seed)
+    std = cfg.layer.initializer_range
+    fc_bound = 1.0 / np.sqrt(3 * cfg.layer.hidden_size)
+    head = {}
+    for name, shape in head_param_shapes(cfg).items():
+        if name.endswith("norm.weight"):
+            head[name] = np.ones(shape, dtype=dtype)
+        elif name == "fc.weight":
+            head[name] = rng.uniform(-fc_bound, fc_bound, size=shape).astype(dtype)
+        elif name.endswith(("o_proj.weight", "down_proj.weight")):
+            head[name] = (rng.standard_normal(shape) * std / np.sqrt(2)).astype(dtype)
+        else:
+            head[name] = (rng.standard_normal(shape) * std).astype(dtype)
+    return head
+
+
+def new_head_cache(cfg: Eagle3Config, head: dict, capacity: int, batch: int = 1) -> KVCache:
+    """An empty one-layer KV cache for the head, on the device and dtype of its weights."""
+    layer = cfg.layer
+    return KVCache(1, batch, layer.num_key_value_heads, layer.head_dim, capacity, head["fc.weight"])
+
+
+def fuse_features(hidden: dict, aux_layers) -> Any:
+    """[l, m, h] [.., T, 3d]: the target's `model.forward(..., output_hidden=aux_layers)` taps
+    concatenated in the order of aux_layers (low, mid, high for a config's aux_layers)."""
+    missing = [i for i in aux_layers if i not in hidden]
+    if missing:
+        raise InvalidInputError(
+            f"the target's hidden states lack the inputs of layers {missing}; run "
+            f"model.forward(..., output_hidden={tuple(aux_layers)})"
+        )
+    xp = array_module(hidden[aux_layers[0]])
+    return xp.concat([hidden[i] for i in aux_layers], axis=-1)  # 3 x [.., T, d] -> [.., T, 3d]
+
+
+# ---------------------------------------------------------------------------- the decoder layer
+
+
+def _attention_input_forward(head, cfg: Eagle3Config, embedded, hidden):
+    """[RMSNorm_input(e), RMSNorm_hidden(x)]: e, x [B, T, d] -> ([B, T, 2d], cache)."""
+    eps = cfg.layer.rms_norm_eps
+    n_e, c_e = layers.rmsnorm_forward(embedded, head[PREFIX + "input_layernorm.weight"], eps)
+    n_h, c_h = layers.rmsnorm_forward(hidden, head[PREFIX + "hidden_norm.weight"], eps)
+    xp = array_module(n_e)
+    return xp.concat([n_e, n_h], axis=-1), (c_e, c_h)  # [B, T, 2d]
+
+
+def _attention_input_backward(dn, cache):
+    """dn [B, T, 2d] -> (dembedded [B, T, d], dhidden [B, T, d], {name: grad})."""
+    c_e, c_h = cache
+    d, grads = dn.shape[-1] // 2, {}
+    de, grads[PREFIX + "input_layernorm.weight"] = layers.rmsnorm_backward(dn[..., :d], c_e)
+    dh, grads[PREFIX + "hidden_norm.weight"] = layers.rmsnorm_backward(dn[..., d:], c_h)
+    return de, dh, grads
+
+
+def midlayer_forward(head, cfg: Eagle3Config, embedded, hidden, cos, sin, mask, cache=None):
+    """EAGLE-3's decoder layer. embedded, hidden [B, T, d]; cos, sin [T, hd]; mask bool
+    [T, past + T]; cache: the head's KVCache or None -> (out [B, T, d], cache).
+
+    The Llama block of `model` with two changes: q, k, v read [RMSNorm_input(e),
+    RMSNorm_hidden(x)] (2d wide), and the residual is the un-normed feature x."""
+    n, c_in = _attention_input_forward(head, cfg, embedded, hidden)  # [B, T, 2d]
+    (q, k, v), c_qkv = model.qkv_forward(head, PREFIX, cfg.layer, n, cos, sin)
+    if cache is not None:
+        k, v = cache.append(0, k, v)  # [B, Hkv, S, hd]
+    a, c_att = layers.attention_forward(q, k, v, mask)  # [B, H, T, hd]
+    out, c_post = model.post_attention_forward(head, PREFIX, cfg.layer, hidden, a)
+    return out, (c_in, c_qkv, c_att, c_post)
+
+
+def midlayer_backward(dout, cache, cfg: Eagle3Config):
+    """dout [B, T, d] -> (dembedded [B, T, d], dhidden [B, T, d], {name: grad}); for a forward
+    without KV cache (as `model.decoder_layer_backward`)."""
+    c_in, c_qkv, c_att, c_post = cache
+    dresidual, da, grads = model.post_attention_backward(dout, c_post, PREFIX, cfg.layer)
+    dq, dk, dv = layers.attention_backward(da, c_att)
+    dn, qkv_grads = model.qkv_backward(dq, dk, dv, c_qkv, PREFIX)
+    dembedded, dhidden, norm_grads = _attention_input_backward(dn, c_in)
+    return dembedded, dresidual + dhidden, {**grads, **qkv_grads, **norm_grads}
+
+
+def _readout_forward(head, cfg: Eagle3Config, out):
+    """Draft logits lm_head(RMSNorm_norm(a)): a [B, T, d] -> ([B, T, N], cache)."""
+    normed, c_norm = layers.rmsnorm_forward(out, head["norm.weight"], cfg.layer.rms_norm_eps)
+    logits, c_head = layers.linear_forward(normed, head["lm_head.weight"])  # [B, T, N]
+    return logits, (c_norm, c_head)
+
+
+def _readout_backward(dlogits, cache):
+    """dlogits [B, T, N] -> (dout [B, T, d], {name: grad})."""
+    c_norm, c_head = cache
+    grads = {}
+    dnormed, grads["lm_head.weight"] = layers.linear_backward(dlogits, c_head)
+    dout, grads["norm.weight"] = layers.rmsnorm_backward(dnormed, c_norm)
+    return dout, grads
+
+
+# ---------------------------------------------------------------------------- head forward
+
+
+def _check_target(cfg: Eagle3Config, target_params: dict) -> None:
+    shape = tuple(target_params["model.embed_tokens.weight"].shape)
+    want = (cfg.layer.vocab_size, cfg.layer.hidden_size)
+    if shape != want:
+        raise InvalidInputError(
+            f"the target's embedding is {shape} but the head expects (vocab_size, hidden_size) = "
+            f"{want}; build the head for this target (Eagle3Config.from_target)"
+        )
+
+
+def _check_token_ids(cfg: Eagle3Config, ids) -> None:
+    xp = array_module(ids)
+    if int(xp.min(ids)) < 0 or int(xp.max(ids)) >= cfg.layer.vocab_size:
+        raise InvalidInputError(
+            f"tokens hold ids outside [0, vocab_size={cfg.layer.vocab_size}); encode text with "
+            "the target's tokenizer"
+        )
+
+
+def _feature_width_error(cfg: Eagle3Config, width: int) -> InvalidInputError:
+    d = cfg.layer.hidden_size
+    return InvalidInputError(
+        f"features have width {width} but the head expects 3 * hidden_size = {3 * d} (the "
+        f"target's fused features, fuse_features) or hidden_size = {d} (the head's own outputs)"
+    )
+
+
+def head_forward(
+    head: dict,
+    cfg: Eagle3Config,
+    target_params: dict,
+    tokens,
+    features,
+    *,
+    position_ids=None,
+    attention_mask=None,
+    cache: KVCache | None = None,
+    keep_caches: bool = False,
+):
+    """The head over T new positions, optionally appending to its KV cache.
+
+    tokens int [T] or [B, T]: x_{t+1}. features: [.., T, 3d] fused target features (fc maps them
+    to d) or [.., T, d] the head's own outputs (fc skipped). position_ids int [T] (default
+    cache.length + arange(T)). attention_mask bool [T, past + T] (default causal; a tree mask
+    for draft trees). Returns (hidden_out [.., T, d] (pre-norm: the next step's feature),
+    logits [.., T, N] over the draft vocabulary, caches or None); the batch axis is present iff
+    it was in the inputs.
+    """
+    _check_target(cfg, target_params)
+    ids, batched = _with_batch(tokens, "tokens", 1)  # [B, T]
+    f, features_batched = _with_batch(features, "features", 2)  # [B, T, 3d] or [B, T, d]
+    if batched != features_batched or tuple(ids.shape) != tuple(f.shape[:2]):
+        raise InvalidInputError(
+            f"tokens {tuple(tokens.shape)} and features {tuple(features.shape)} disagree on "
+            "(batch, positions); pair x_{t+1} with its feature position by position"
+        )
+    _check_token_ids(cfg, ids)
+    d = cfg.layer.hidden_size
+    if f.shape[-1] == 3 * d:
+        hidden, c_fc = layers.linear_forward(f, head["fc.weight"])  # [B, T, 3d] -> [B, T, d]
+    elif f.shape[-1] == d:
+        hidden, c_fc = f, None
+    else:
+        raise _feature_width_error(cfg, f.shape[-1])
+    T, past = hidden.shape[1], cache.length if cache is not None else 0
+    if position_ids is None:
+        position_ids = past + arange(T, like=hidden)
+    if attention_mask is None:
+        attention_mask = model.causal_mask(past, T, like=hidden)
+    elif tuple(attention_mask.shape) != (T, past + T):
+        raise InvalidInputError(
+            f"attention_mask has shape {tuple(attention_mask.shape)}; expected "
+            f"({T}, {past + T}) = (new positions, cached + new positions)"
+        )
+    layer = cfg.layer
+    cos, sin = layers.rope_tables(position_ids, layer.head_dim, layer.rope_theta, hidden.dtype)
+    embedded, _ = layers.embedding_forward(target_params["model.embed_tokens.weight"], ids)
+    out, c_mid = midlayer_forward(head, cfg, embedded, hidden, cos, sin, attention_mask, cache)
+    logits, c_read = _readout_forward(head, cfg, out)  # [B, T, N]
+    caches = (c_fc, c_mid, c_read, batched) if keep_caches else None
+    if not batched:
+        out, logits = out[0, ...], logits[0, ...]
+    return out, logits, caches
+
+
+def head_backward(dhidden_out, dlogits, caches, cfg: Eagle3Config) -> dict:
+    """Gradients of every head tensor (the target is frozen) from upstream gradients on
+    hidden_out [.., T, d] and logits [.., T, N] (either may be None). fc.weight's is zero when
+    the features were the head's own outputs."""
+    c_fc, c_mid, c_read, batched = caches
+    if not batched:
+        dhidden_out = None if dhidden_out is None else dhidden_out[None, ...]
+        dlogits = None if dlogits is None else dlogits[None, ...]
+    normed = c_read[0][0]  # [B, T, d]: the readout's RMSNorm output, for shape and device
+    if dlogits is None:
+        dlogits = zeros((*normed.shape[:2], cfg.draft_vocab_size), like=normed)
+    dout, grads = _readout_backward(dlogits, c_read)
+    if dhidden_out is not None:
+        dout = dout + dhidden_out
+    _, dhidden, mid_grads = midlayer_backward(dout, c_mid, cfg)
+    grads.update(mid_grads)
+    if c_fc is None:
+        grads["fc.weight"] = zeros(head_param_shapes(cfg)["fc.weight"], like=normed)
+    else:
+        _, grads["fc.weight"] = layers.linear_backward(dhidden, c_fc)
+    return {name: grads[name] for name in head_param_shapes(cfg)}
+
+
+# ---------------------------------------------------------------------------- TTT attention
+
+
+def diagonal_attention_forward(q, keys, values, causal_block):
+    """Training-time-test attention of step s (paper §3.2, Fig. 6), without materialising the
+    [T, (s+1)T] mask: the query at index t sees the step-0 keys that causal_block allows (indices
+    <= t) and, of every later step 1..s, only the key at index t (the "diagonal").
+
+    q [B, H, T, hd]; keys, values: s + 1 arrays [B, Hkv, T, hd] (steps 0..s); causal_block bool
+    [T, T] -> (out [B, H, T, hd], cache). Causal scores [.., T, T] and s per-index dot products
+    [.., T] share one softmax; out = P_causal @ V_0 + sum_j P_j * V_j.
+    """
+    xp = array_module(q)
+    B, H, T, hd = q.shape
+    Hkv = keys[0].shape[1]
+    qg = xp.reshape(q, (B, Hkv, H // Hkv, T, hd))  # [B, Hkv, G, T, hd]
+    scale = 1.0 / hd**0.5
+    causal = (qg @ keys[0][:, :, None, :, :].mT) * scale  # [B, Hkv, G, T, T]
+    scores = [xp.where(causal_block, causal, -xp.inf)]
+    for k in keys[1:]:
+        diagonal = xp.sum(qg * k[:, :, None, :, :], axis=-1) * scale  # [B, Hkv, G, T]
+        scores.append(diagonal[..., None])  # [B, Hkv, G, T, 1]
+    probs = xp.exp(layers.log_softmax(xp.concat(scores, axis=-1)))  # [B, Hkv, G, T, T + s]
+    out = probs[..., :T] @ values[0][:, :, None, :, :]  # [B, Hkv, G, T, hd]
+    for j, v in enumerate(values[1:]):
+        out = out + probs[..., T + j, None] * v[:, :, None, :, :]
+    return xp.reshape(out, (B, H, T, hd)), (qg, tuple(keys), tuple(values), probs, scale)
+
+
+def diagonal_attention_backward(dout, cache):
+    """dout [B, H, T, hd] -> (dq [B, H, T, hd], dkeys, dvalues: s + 1 arrays [B, Hkv, T, hd])."""
+    qg, keys, values, probs, scale = cache
+    xp = array_module(dout)
+    B, Hkv, G, T, hd = qg.shape
+    dout = xp.reshape(dout, qg.shape)  # [B, Hkv, G, T, hd]
+    dprobs = [dout @ values[0][:, :, None, :, :].mT]  # [B, Hkv, G, T, T]
+    for v in values[1:]:
+        dprobs.append(xp.sum(dout * v[:, :, None, :, :], axis=-1)[..., None])  # [.., T, 1]
+    dprobs = xp.concat(dprobs, axis=-1)  # [B, Hkv, G, T, T + s]
+    dscores = probs * (dprobs - xp.sum(dprobs * probs, axis=-1, keepdims=True))
+    dcausal = dscores[..., :T]  # [B, Hkv, G, T, T]
+    dq = dcausal @ keys[0][:, :, None, :, :]  # [B, Hkv, G, T, hd]
+    dkeys = [xp.sum(dcausal.mT @ qg, axis=2) * scale]  # [B, Hkv, T, hd]
+    dvalues = [xp.sum(probs[..., :T].mT @ dout, axis=2)]
+    for j in range(1, len(keys)):
+        dscore = dscores[..., T + j - 1, None]  # [B, Hkv, G, T, 1]
+        dq = dq + dscore * keys[j][:, :, None, :, :]
+        dkeys.append(xp.sum(dscore * qg, axis=2) * scale)
+        dvalues.append(xp.sum(probs[..., T + j - 1, None] * dout, axis=2))
+    return xp.reshape(dq * scale, (B, Hkv * G, T, hd)), dkeys, dvalues
+
+
+def _explicit_attention_forward(q, keys, values, causal_block):
+    """The same attention spelled out: keys/values of steps 0..s concatenated along the sequence
+    axis, one ordinary masked attention with mask [T, (s+1)T] = [causal_block | I | ... | I]."""
+    xp = array_module(q)
+    T = q.shape[2]
+    index = arange(T, like=causal_block)
+    same_index = index[:, None] == index[None, :]  # [T, T]
+    mask = xp.concat([causal_block] + [same_index] * (len(keys) - 1), axis=1)  # [T, (s+1)T]
+    k, v = xp.concat(keys, axis=2), xp.concat(values, axis=2)  # [B, Hkv, (s+1)T, hd]
+    out, c_att = layers.attention_forward(q, k, v, mask)
+    return out, (c_att, len(keys), T)
+
+
+def _explicit_attention_backward(dout, cache):
+    c_att, steps, T = cache
+    dq, dk, dv = layers.attention_backward(dout, c_att)  # dk, dv [B, Hkv, (s+1)T, hd]
+    dkeys = [dk[:, :, j * T : (j + 1) * T, :] for j in range(steps)]
+    dvalues = [dv[:, :, j * T : (j + 1) * T, :] for j in range(steps)]
+    return dq, dkeys, dvalues
+
+
+_ATTENTION_PAIRS = {
+    "diagonal": (diagonal_attention_forward, diagonal_attention_backward),
+    "explicit": (_explicit_attention_forward, _explicit_attention_backward),
+}
+
+
+# ---------------------------------------------------------------------------- training-time test
+
+
+def _causal_block(T: int, step: int, old_diagonal_mask: bool, like):
+    """bool [T, T]: the step-0 keys a step-`step` query sees. The pre-2025-09 official code also
+    masked, after each step j, the offset-j diagonal, leaving keys <= t - step: wrong (kept only
+    as a negative control)."""
+    block = model.causal_mask(0, T, like=like)
+    if old_diagonal_mask and step > 0:
+        index = arange(T, like=like)
+        block = block & (index[None, :] <= index[:, None] - step)
+    return block
+
+
+def _ttt_forward(
+    head,
+    cfg: Eagle3Config,
+    target_params,
+    tokens,
+    fused,
+    *,
+    steps: int,
+    attention: str = "diagonal",
+    old_diagonal_mask: bool = False,
+    pe_shift: bool = True,
+):
+    """The head unrolled `steps` times over windows: (per-step logits [B, T, N], caches).
+
+    old_diagonal_mask and pe_shift=False build the two historical bugs (negative controls)."""
+    xp = array_module(fused)
+    B, T = fused.shape[:2]
+    layer = cfg.layer
+    embed = target_params["model.embed_tokens.weight"]
+    attend, _ = _ATTENTION_PAIRS[attention]
+    padding = zeros((B, steps - 1), like=tokens, dtype=tokens.dtype)
+    chain = xp.concat([tokens, padding], axis=1)  # [B, T + steps]: x_0 .. x_T, then pad id 0
+    index = arange(T, like=fused)
+    hidden, c_fc = layers.linear_forward(fused, head["fc.weight"])  # [B, T, 3d] -> [B, T, d]
+    keys, values, step_logits, step_caches = [], [], [], []
+    for s in range(steps):
+        embedded, _ = layers.embedding_forward(embed, chain[:, 1 + s : 1 + s + T])  # x_{t+1+s}
+        positions = index + s if pe_shift else index  # the "PE shift": t + s
+        cos, sin = layers.rope_tables(positions, layer.head_dim, layer.rope_theta, fused.dtype)
+        n, c_in = _attention_input_forward(head, cfg, embedded, hidden)  # [B, T, 2d]
+        (q, k, v), c_qkv = model.qkv_forward(head, PREFIX, layer, n, cos, sin)
+        keys.append(k)
+        values.append(v)
+        block = _causal_block(T, s, old_diagonal_mask, like=index)
+        a, c_att = attend(q, keys, values, block)  # [B, H, T, hd]
+        out, c_post = model.post_attention_forward(head, PREFIX, layer, hidden, a)
+        logits, c_read = _readout_forward(head, cfg, out)  # [B, T, N]
+        step_logits.append(logits)
+        step_caches.append((c_in, c_qkv, c_att, c_post, c_read))
+        hidden = out  # the draft's own output is the next step's feature
+    return step_logits, (c_fc, step_caches, attention)
+
+
+def _add(total: dict, grads: dict) -> None:
+    for name, grad in grads.items():
+        total[name] = grad if name not in total else total[name] + grad
+
+
+def _ttt_backward(step_dlogits, caches, cfg: Eagle3Config) -> dict:
+    """Every head tensor's gradient through all unrolled steps, last step first: each step's
+    output gets its loss's gradient plus the next step's (hidden_norm and residual) gradient,
+    and each step's keys/values collect the gradients of every later query that saw them."""
+    c_fc, step_caches, attention = caches
+    _, attend_backward = _ATTENTION_PAIRS[attention]
+    steps = len(step_caches)
+    dkeys, dvalues = [None] * steps, [None] * steps
+    grads: dict = {}
+    dnext = None  # gradient on step s's output from step s + 1's feature input
+    for s in reversed(range(steps)):
+        c_in, c_qkv, c_att, c_post, c_read = step_caches[s]
+        dout, g = _readout_backward(step_dlogits[s], c_read)
+        _add(grads, g)
+        if dnext is not None:
+            dout = dout + dnext
+        dresidual, da, g = model.post_attention_backward(dout, c_post, PREFIX, cfg.layer)
+        _add(grads, g)
+        dq, dks, dvs = attend_backward(da, c_att)
+        for j in range(s + 1):
+            dkeys[j] = dks[j] if dkeys[j] is None else dkeys[j] + dks[j]
+            dvalues[j] = dvs[j] if dvalues[j] is None else dvalues[j] + dvs[j]
+        dn, g = model.qkv_backward(dq, dkeys[s], dvalues[s], c_qkv, PREFIX)  # complete by now
+        _add(grads, g)
+        _, dhidden, g = _attention_input_backward(dn, c_in)
+        _add(grads, g)
+        dnext = dresidual + dhidden
+    _, grads["fc.weight"] = layers.linear_backward(dnext, c_fc)
+    return {name: grads[name] for name in head_param_shapes(cfg)}
+
+
+def _shift(x, s: int):
+    """x [B, T, ...] moved s positions left along axis 1, the last s positions zero (False)."""
+    s = min(s, x.shape[1])  # steps may outnumber the window's positions
+    if s == 0:
+        return x
+    pad = zeros((x.shape[0], s, *x.shape[2:]), like=x)
+    return array_module(x).concat([x[:, s:, ...], pad], axis=1)
+
+
+def _check_ttt_inputs(cfg, vocab, tokens, fused, target_logits, loss_mask, steps, attention):
+    if attention not in TTT_ATTENTION:
+        raise InvalidInputError(
+            f"attention={attention!r} is not one of {TTT_ATTENTION}; pass 'diagonal'"
+        )
+    if not isinstance(steps, int) or steps < 1:
+        raise InvalidInputError(f"steps={steps!r} is below 1; pass a count such as 7")
+    if vocab.size != cfg.draft_vocab_size or vocab.target_vocab_size != cfg.layer.vocab_size:
+        raise InvalidInputError(
+            f"the draft vocabulary maps {vocab.size} ids into {vocab.target_vocab_size} but the "
+            f"head has draft_vocab_size={cfg.draft_vocab_size} over vocab_size="
+            f"{cfg.layer.vocab_size}; build the vocabulary for this head"
+        )
+    if fused.ndim != 3:
+        raise InvalidInputError(
+            f"fused has shape {tuple(fused.shape)}; expected [B, T, 3 * hidden_size]"
+        )
+    if fused.shape[-1] != 3 * cfg.layer.hidden_size:
+        raise _feature_width_error(cfg, fused.shape[-1])
+    B, T = fused.shape[:2]
+    want = {
+        "tokens": (tokens, (B, T + 1)),
+        "target_logits": (target_logits, (B, T, cfg.layer.vocab_size)),
+        "loss_mask": (loss_mask, (B, T)),
+    }
+    for name, (x, shape) in want.items():
+        if tuple(x.shape) != shape:
+            raise InvalidInputError(
+                f"{name} has shape {tuple(x.shape)}; expected {shape} for fused of shape "
+                f"{tuple(fused.shape)} (tokens [B, T + 1], target_logits [B, T, V], "
+                "loss_mask [B, T])"
+            )
+    _check_token_ids(cfg, tokens)
+
+
+def ttt_loss(
+    head,
+    cfg: Eagle3Config,
+    target_params,
+    vocab: DraftVocab,
+    tokens,
+    fused,
+    target_logits,
+    loss_mask,
+    *,
+    steps: int = 7,
+    step_weight: float = 0.8,
+    attention: str = "diagonal",
+) -> tuple[float, dict, dict]:
+    """The training-time-test loss over a batch of windows and every head tensor's gradient.
+
+    tokens int [B, T + 1]: the window x_0 .. x_T. fused [B, T, 3d]: the target's fused features
+    at positions 0 .. T-1. target_logits [B, T, V]: row t holds the target's logits at position
+    t + 1 (its prediction of x_{t+2}). loss_mask [B, T]: whether row t's label counts.
+
+    Step s = 0 .. steps-1, index t simulates drafting position t + s: it reads token x_{t+1+s}
+    (teacher-forced) and, for s = 0, the feature g_t = fc(fused_t), else its own output at index t
+    from step s-1; its RoPE position is t + s; it attends to step-0 keys at indices <= t and to
+    index t of each step 1..s. Its label is softmax(target_logits[t+s] over the draft ids), counted
+    where loss_mask[t+s] and the target's argmax (over the full vocabulary) is a draft id;
+    indices with t + s >= T count nowhere. loss_s = sum of soft-CE over counted positions / (B T)
+    (the official mean over all positions); loss = sum_s step_weight^s loss_s.
+
+    attention: "diagonal" (fast) or "explicit" (concatenated keys and an explicit mask; the
+    oracle). Returns (loss, parts, grads): parts["step_loss"], ["top1"] (the draft's argmax is
+    the target's) and ["accept"] (sum_v min(p_v, q_v), the acceptance of a token sampled from
+    q), each a list over steps, top1/accept averaged over positions where loss_mask holds.
+    """
+    _check_ttt_inputs(cfg, vocab, tokens, fused, target_logits, loss_mask, steps, attention)
+    xp = array_module(fused)
+    B, T = fused.shape[:2]
+    step_logits, caches = _ttt_forward(
+        head, cfg, target_params, tokens, fused, steps=steps, attention=attention
+    )
+    ids = vocab.ids
+    target_top = xp.argmax(target_logits, axis=-1)  # [B, T]
+    in_draft_vocab = xp.reshape(xp.take(vocab.t2d, xp.reshape(target_top, (-1,))), (B, T))
+    labels = xp.exp(layers.log_softmax(xp.take(target_logits, ids, axis=-1)))  # [B, T, N]
+    target_probs = xp.exp(layers.log_softmax(target_logits))  # [B, T, V]
+    target_on_draft = xp.take(target_probs, ids, axis=-1)  # [B, T, N]
+    requested = xp.astype(loss_mask, xp.bool)
+    counted = requested & in_draft_vocab
+    total, parts, step_dlogits = 0.0, {"step_loss": [], "top1": [], "accept": []}, []
+    for s, logits in enumerate(step_logits):
+        ce, c_ce = losses.soft_cross_entropy_forward(logits, _shift(labels, s), _shift(counted, s))
+        per_all = c_ce[3] / (B * T)  # soft_cross_entropy averages over counted positions
+        loss_s = float(ce) * per_all
+        total += step_weight**s * loss_s
+        step_dlogits.append(losses.soft_cross_entropy_backward(step_weight**s * per_all, c_ce))
+        weights = xp.astype(_shift(requested, s), logits.dtype)  # [B, T]
+        count = max(float(xp.sum(weights)), 1.0)
+        draft_top = draft_to_target(xp.argmax(logits, axis=-1), vocab)  # [B, T]
+        agree = xp.astype(draft_top == _shift(target_top, s), logits.dtype)
+        q = xp.exp(c_ce[0])  # the draft's probabilities, kept by the soft-CE forward
+        overlap = xp.sum(xp.minimum(q, _shift(target_on_draft, s)), axis=-1)  # [B, T]
+        parts["step_loss"].append(loss_s)
+        parts["top1"].append(float(xp.sum(agree * weights)) / count)
+        parts["accept"].append(float(xp.sum(overlap * weights)) / count)
+    return total, parts, _ttt_backward(step_dlogits, caches, cfg)
