@@ -9,18 +9,24 @@ checks everything and says what is wrong and how to fix it.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import math
+import numbers
 import os
 import shutil
+import stat
 import tempfile
 import uuid
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-from safetensors import SafetensorError
-from safetensors.numpy import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
 
 from minieagle.config import LlamaConfig
 from minieagle.errors import InvalidInputError, MissingFileError
@@ -67,6 +73,40 @@ def config_to_hf_dict(config: LlamaConfig, dtype: str = "float32") -> dict:
     return d
 
 
+# How to write each kind of config value, for the type errors below.
+_JSON_SPELLING = {
+    "integer": "write a whole number without quotes or decimal point, e.g. 128",
+    "number": "write a number without quotes, e.g. 10000.0",
+    "boolean": "write true or false without quotes",
+}
+_TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id")
+_POSITIVE_NUMBERS = {"rope_theta": 10000.0, "rms_norm_eps": 1e-6}  # key -> a typical value
+
+
+def _json_kind(value) -> str:
+    """The JSON type `value` was read from: string, integer, number, boolean, array, ..."""
+    kinds = ((bool, "boolean"), (numbers.Integral, "integer"), (numbers.Real, "number"))
+    kinds += ((str, "string"), (list, "array"), (dict, "object"), (type(None), "null"))
+    return next((kind for cls, kind in kinds if isinstance(value, cls)), type(value).__name__)
+
+
+def config_value(key: str, value, want: str):
+    """A config.json value as the Python type of a JSON `want` ("integer", "number" (finite) or
+    "boolean"), or InvalidInputError naming the key, the value, its JSON type and how to write
+    it: no string "false" read as true, no 128.0 read as a layer count."""
+    kind = _json_kind(value)
+    if kind == want or (want == "number" and kind == "integer"):
+        if want == "number" and not math.isfinite(value):
+            raise InvalidInputError(f"{key}={value!r} is not finite; {_JSON_SPELLING[want]}")
+        return {"integer": int, "number": float, "boolean": bool}[want](value)
+    what = f"a JSON {want}"
+    if key in _TOKEN_ID_FIELDS:
+        what = f"a single integer token id ({what})"
+    raise InvalidInputError(
+        f"{key}={value!r} must be {what}, not a JSON {kind}; {_JSON_SPELLING[want]}"
+    )
+
+
 def _rope_theta(d: dict) -> float | None:
     """rope_theta from either spelling: `rope_parameters` (transformers 5) or top-level (4.x)."""
     new, legacy, scaling = d.get("rope_parameters"), d.get("rope_theta"), d.get("rope_scaling")
@@ -84,20 +124,23 @@ def _rope_theta(d: dict) -> float | None:
                 "(no linear/dynamic/yarn/llama3 scaling); pick a model without RoPE scaling"
             )
     theta = new.get("rope_theta") if new is not None else None
-    if theta is not None and legacy is not None and float(theta) != float(legacy):
+    theta = None if theta is None else config_value("rope_parameters.rope_theta", theta, "number")
+    legacy = None if legacy is None else config_value("rope_theta", legacy, "number")
+    if theta is not None and legacy is not None and theta != legacy:
         raise InvalidInputError(
             f"rope_parameters.rope_theta={theta} disagrees with rope_theta={legacy}; "
             "delete one of them so the file says one thing"
         )
-    theta = theta if theta is not None else legacy
-    return None if theta is None else float(theta)
+    return theta if theta is not None else legacy
 
 
 def config_from_hf_dict(d: dict) -> LlamaConfig:
     """A `LlamaConfig` from a HF `config.json` dict (either RoPE spelling; unknown keys ignored).
 
-    Raises ValueError for anything minieagle cannot run exactly: another model_type or activation,
-    attention/MLP biases, RoPE scaling."""
+    Every field must have its JSON type: integers for sizes and token ids (128, not "128" or
+    128.0), numbers for rope_theta and the epsilons, booleans for tie_word_embeddings and the
+    bias flags. Raises ValueError for anything minieagle cannot run exactly: another model_type
+    or activation, attention/MLP biases, RoPE scaling, a value of the wrong type."""
     if not isinstance(d, dict):
         raise InvalidInputError(f"config must be a JSON object, got {type(d).__name__}")
     checks = (("model_type", "llama"), ("hidden_act", "silu"))
@@ -107,7 +150,7 @@ def config_from_hf_dict(d: dict) -> LlamaConfig:
                 f"{key}={d[key]!r} is not supported; minieagle runs {key}={want!r}"
             )
     for key in ("attention_bias", "mlp_bias"):
-        if d.get(key):
+        if d.get(key) is not None and config_value(key, d[key], "boolean"):
             raise InvalidInputError(f"{key}=true is not supported; minieagle's Llama has no biases")
     missing = [key for key in _REQUIRED if key not in d]
     if missing:
@@ -115,18 +158,32 @@ def config_from_hf_dict(d: dict) -> LlamaConfig:
             f"config has no {', '.join(missing)}; add them (HF names) to config.json"
         )
     kwargs = dict(_HF_DEFAULTS)
-    kwargs["num_key_value_heads"] = d.get("num_key_value_heads") or d.get("num_attention_heads")
+    json_types = {"int": "integer", "int | None": "integer", "float": "number", "bool": "boolean"}
     for field in dataclasses.fields(LlamaConfig):
         if d.get(field.name) is not None and field.name != "rope_theta":
-            kwargs[field.name] = d[field.name]
+            kwargs[field.name] = config_value(field.name, d[field.name], json_types[field.type])
+    if d.get("num_key_value_heads") is None:
+        kwargs["num_key_value_heads"] = kwargs.get("num_attention_heads")
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
     theta = _rope_theta(d)
     if theta is not None:
         kwargs["rope_theta"] = theta
-    for key in ("bos_token_id", "eos_token_id"):
-        if key in kwargs and not isinstance(kwargs[key], int):
-            raise InvalidInputError(f"{key}={kwargs[key]!r} must be a single integer token id")
+    for key, typical in _POSITIVE_NUMBERS.items():
+        if key in kwargs and kwargs[key] <= 0:
+            raise InvalidInputError(f"{key}={kwargs[key]!r} must be positive, such as {typical}")
     return LlamaConfig(**kwargs)
+
+
+def value_problem(name: str, tensor) -> str | None:
+    """Why tensor `name` cannot be a weight (not floating point, or how many NaN and inf values
+    it holds), or None. `validate_params` and the EAGLE head's checks share it."""
+    array = np.asarray(tensor)
+    if not np.issubdtype(array.dtype, np.floating):
+        return f"tensor {name!r} has dtype {array.dtype}; expected floating point"
+    if not np.isfinite(array).all():
+        nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
+        return f"tensor {name!r} has {nan} NaN and {inf} inf values"
+    return None
 
 
 def validate_params(params: dict, config: LlamaConfig) -> None:
@@ -149,11 +206,8 @@ def validate_params(params: dict, config: LlamaConfig) -> None:
                 f"tensor {name!r} has shape {array.shape} but the config expects {expected[name]} "
                 "(does the config match the weights?)"
             )
-        elif not np.issubdtype(array.dtype, np.floating):
-            problems.append(f"tensor {name!r} has dtype {array.dtype}; expected floating point")
-        elif not np.isfinite(array).all():
-            nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
-            problems.append(f"tensor {name!r} has {nan} NaN and {inf} inf values")
+        elif (problem := value_problem(name, array)) is not None:
+            problems.append(problem)
     if problems:
         more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
         raise InvalidInputError("; ".join(problems[:5]) + more)
@@ -192,8 +246,9 @@ def write_tensors(path: Path, tensors: dict, dtype: str, metadata: dict) -> None
 
 
 def _swap_into_place(new: Path, directory: Path) -> None:
-    """Rename `directory` aside, rename `new` into place, then delete the old one."""
-    old = directory.with_name(f".{directory.name}.old-{uuid.uuid4().hex[:8]}")
+    """Rename `directory` aside (to `.NAME.old-<pid>-<random>`), rename `new` into place, then
+    delete the old one; if the second rename fails, the old one is renamed back."""
+    old = directory.with_name(f".{directory.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     if directory.exists():
         os.rename(directory, old)
         try:
@@ -205,6 +260,40 @@ def _swap_into_place(new: Path, directory: Path) -> None:
         os.rename(new, directory)
     _fsync(directory.parent)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _abandoned_saves(directory: Path) -> list[Path]:
+    """The temporary siblings (`.NAME.saving-<pid>-<random>`, `.NAME.old-<pid>-<random>`) that
+    earlier saves of `directory` left when they crashed: those whose process is gone. Names
+    without a pid (older versions) and this process's own names count as abandoned: a process
+    saves one directory at a time, and a container restarts its trainer under the same pid."""
+    abandoned = []
+    for prefix in (f".{directory.name}.saving-", f".{directory.name}.old-"):
+        for path in directory.parent.iterdir():
+            if not path.name.startswith(prefix):
+                continue
+            pid, _, random = path.name[len(prefix) :].rpartition("-")
+            if len(random) != 8 or not (pid == "" or pid.isdigit()):
+                continue  # not a name a save gives
+            if pid == "" or int(pid) == os.getpid() or not _process_alive(int(pid)):
+                abandoned.append(path)
+    return abandoned
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether process `pid` exists (POSIX signal 0; another user's process counts). Where that
+    cannot be asked (Windows), True: keep what cannot be checked."""
+    if os.name != "posix":
+        return True
+    if pid <= 0:
+        return False  # not a process id: kill would signal a process group
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # PermissionError: alive, owned by another user
+        return True
+    return True
 
 
 def save_checkpoint(
@@ -246,7 +335,9 @@ def write_directory_atomically(
 
     The new files are fsynced, then swapped into place, so a crash leaves the old directory or
     the new one, never a mixture. A directory holding files other than `own_files` is refused
-    (`kind` names what is saved, for that message). Returns the absolute directory."""
+    (`kind` names what is saved, for that message). Once the new directory is in place, what
+    crashed saves of it left behind is deleted (`_abandoned_saves`). Returns the absolute
+    directory."""
     directory = Path(directory).absolute()
     if directory.exists():
         if not directory.is_dir():
@@ -258,7 +349,8 @@ def write_directory_atomically(
                 "replaces the whole directory, so move them out or choose another directory"
             )
     directory.parent.mkdir(parents=True, exist_ok=True)
-    new = Path(tempfile.mkdtemp(prefix=f".{directory.name}.saving-", dir=directory.parent))
+    prefix = f".{directory.name}.saving-{os.getpid()}-"  # the pid: is its owner still alive?
+    new = Path(tempfile.mkdtemp(prefix=prefix, dir=directory.parent))
     try:
         write(new)
         os.chmod(new, 0o755)  # mkdtemp makes 0o700; a model directory reads like any other
@@ -270,12 +362,177 @@ def write_directory_atomically(
     except BaseException:
         shutil.rmtree(new, ignore_errors=True)
         raise
+    for leftover in _abandoned_saves(directory):
+        shutil.rmtree(leftover, ignore_errors=True)
     return directory
 
 
+def _unreadable(path: Path, error: OSError) -> InvalidInputError:
+    """The explained error for an OSError met while reading `path` (which exists)."""
+    if isinstance(error, PermissionError):
+        return InvalidInputError(
+            f"cannot read {path}: permission denied; fix its permissions (chmod a+r on the "
+            "file, a+rx on its directories) or run as a user who may read it"
+        )
+    return InvalidInputError(f"cannot read {path} ({error}); check the disk or re-download it")
+
+
 def _require_file(path: Path, fix: str) -> None:
-    if not path.is_file():
-        raise MissingFileError(f"checkpoint file {path} is missing; {fix}")
+    """Refuse a `path` that is missing (MissingFileError ending in `fix`), is a directory or
+    another non-file, or cannot even be looked at (permission denied)."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        raise MissingFileError(f"{path} is missing; {fix}") from None
+    except OSError as e:
+        raise _unreadable(path, e) from e
+    if not stat.S_ISREG(mode):
+        what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise InvalidInputError(
+            f"{path} is {what} where a file should be; move it aside, then {fix}"
+        )
+
+
+def read_config_json(path, *, fix_missing: str = "re-save or re-download it") -> dict:
+    """The JSON object in the file `path` (a config.json), for checkpoints and heads alike.
+
+    Raises MissingFileError (ending in `fix_missing`) when it is absent, and InvalidInputError
+    naming the file when it is a directory, unreadable, malformed JSON or not a JSON object."""
+    path = Path(path)
+    _require_file(path, fix_missing)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise _unreadable(path, e) from e
+    except UnicodeDecodeError as e:
+        raise InvalidInputError(f"{path} is not UTF-8 text ({e}); fix or re-save it") from e
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidInputError(f"{path} is malformed JSON ({e}); fix or re-save it") from e
+    if not isinstance(d, dict):
+        raise InvalidInputError(
+            f"{path} holds a JSON {_json_kind(d)}, not an object; a config.json is one "
+            "{...} object of settings: fix or re-save it"
+        )
+    return d
+
+
+@contextmanager
+def _opened_tensors(path: Path, fix_missing: str) -> Iterator:
+    """safe_open(path) with every failure explained: missing, unreadable, truncated, corrupt,
+    or a dtype NumPy lacks (bfloat16)."""
+    _require_file(path, fix_missing)
+    try:
+        with safe_open(str(path), framework="np") as f:
+            yield f
+    except OSError as e:
+        raise _unreadable(path, e) from e
+    except SafetensorError as e:
+        raise InvalidInputError(
+            f"{path} is truncated or corrupt ({e}); re-save or re-download it"
+        ) from e
+    except TypeError as e:  # safetensors' numpy reader on a dtype numpy lacks
+        raise InvalidInputError(
+            f"{path} holds tensors NumPy cannot read ({e}); convert them to float32 or "
+            "float16 (e.g. in transformers: model.float().save_pretrained(...))"
+        ) from e
+
+
+def read_tensors(path, *, fix_missing: str = "re-save or re-download it") -> dict[str, np.ndarray]:
+    """Every tensor in the safetensors file `path`, in its stored dtype: the one reader of
+    checkpoints and heads. Raises MissingFileError (ending in `fix_missing`) when it is absent,
+    InvalidInputError naming the file when it is a directory, unreadable, truncated or corrupt."""
+    path = Path(path)
+    with _opened_tensors(path, fix_missing) as f:
+        return {name: f.get_tensor(name) for name in f.keys()}
+
+
+def read_tensor_metadata(path) -> dict[str, str]:
+    """The str -> str metadata in the header of the safetensors file `path` (the `metadata` of
+    `save_checkpoint`), without reading the tensors. Errors as `read_tensors`."""
+    path = Path(path)
+    with _opened_tensors(path, "re-save or re-download it") as f:
+        return dict(f.metadata() or {})
+
+
+# ---------------------------------------------------------------------------- trained for whom
+
+TARGET_KEY = "minieagle_target"  # the target's directory, as given when training
+FINGERPRINT_KEY = "minieagle_target_fingerprint"  # target_fingerprint of that target
+
+
+def target_fingerprint(target_dir) -> str:
+    """The identity of a target checkpoint: the first 16 hex digits of the sha256 of its
+    `model.safetensors` bytes. Read afresh on every call (a file may change)."""
+    path = Path(target_dir) / WEIGHTS_FILE
+    _require_file(path, "pass the directory of the target checkpoint")
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError as e:
+        raise _unreadable(path, e) from e
+    return digest.hexdigest()[:16]
+
+
+def target_record(target_dir) -> dict[str, str]:
+    """What a head or draft model records about the target it was trained for: {TARGET_KEY:
+    the directory, FINGERPRINT_KEY: its `target_fingerprint`}. `save_head` writes it into the
+    head's config.json; for a draft model pass it as `save_checkpoint(..., metadata=...)`."""
+    return {TARGET_KEY: str(target_dir), FINGERPRINT_KEY: target_fingerprint(target_dir)}
+
+
+def check_trained_for(
+    trained, target_dir, *, kind: str = "model", stacklevel: int = 2
+) -> bool | None:
+    """Warn (UserWarning) when `trained` was trained for another target than `target_dir`.
+
+    trained: a head's or draft model's directory (its config.json is read, then, when that
+    records nothing, the metadata of its model.safetensors), or the dict it records (a parsed
+    config.json, or `read_tensor_metadata`). kind names it in the warning ("head", "draft
+    model"); stacklevel as in `warnings.warn` (2: the caller's line). Returns True when the
+    fingerprints agree, False when they differ (after warning), None when `trained` records no
+    fingerprint (nothing to compare: it loads silently)."""
+    if isinstance(trained, dict):
+        record = trained
+    else:
+        record = read_config_json(Path(trained) / CONFIG_FILE)
+        if FINGERPRINT_KEY not in record:
+            record = read_tensor_metadata(Path(trained) / WEIGHTS_FILE)
+    recorded = record.get(FINGERPRINT_KEY)
+    if recorded is None:
+        return None
+    actual = target_fingerprint(target_dir)
+    if recorded == actual:
+        return True
+    warnings.warn(
+        f"this {kind} was trained for {record.get(TARGET_KEY, 'another target')} (fingerprint "
+        f"{recorded}), not {target_dir} ({actual}); acceptance will be poor — train a {kind} "
+        "for this target",
+        UserWarning,
+        stacklevel=stacklevel,
+    )
+    return False
+
+
+def _require_directory(directory: Path) -> None:
+    """Refuse a checkpoint directory that is missing (naming the copy an interrupted save left
+    behind, if any), is a file, or cannot be looked at."""
+    try:
+        mode = directory.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        leftovers = sorted(directory.parent.glob(f".{directory.name}.old-*"))
+        hint = f"; an interrupted save left the previous one at {leftovers[0]}" if leftovers else ""
+        raise MissingFileError(f"checkpoint directory {directory} does not exist{hint}") from None
+    except OSError as e:
+        raise _unreadable(directory, e) from e
+    if not stat.S_ISDIR(mode):
+        raise InvalidInputError(
+            f"{directory} is a file, not a checkpoint directory; pass the directory holding "
+            f"{CONFIG_FILE} and {WEIGHTS_FILE}"
+        )
 
 
 def load_checkpoint(
@@ -285,29 +542,20 @@ def load_checkpoint(
 
     Returns (params, config, tokenizer): params cast to `dtype` (None keeps the stored dtype),
     tokenizer None when absent or not requested. Raises FileNotFoundError or ValueError naming
-    the file, the problem and the fix."""
+    the file, the problem and the fix (missing, unreadable, truncated, malformed, mismatched)."""
     directory = Path(directory)
-    if not directory.is_dir():
-        leftovers = sorted(directory.parent.glob(f".{directory.name}.old-*"))
-        hint = f"; an interrupted save left the previous one at {leftovers[0]}" if leftovers else ""
-        raise MissingFileError(f"checkpoint directory {directory} does not exist{hint}")
+    _require_directory(directory)
     config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
-    _require_file(config_path, "copy the model's config.json there or re-save the checkpoint")
+    d = read_config_json(
+        config_path, fix_missing="copy the model's config.json there or re-save the checkpoint"
+    )
     try:
-        config = config_from_hf_dict(json.loads(config_path.read_text()))
-    except json.JSONDecodeError as e:
-        raise InvalidInputError(f"{config_path} is malformed JSON ({e}); fix or re-save it") from e
+        config = config_from_hf_dict(d)
     except (ValueError, TypeError) as e:
         raise InvalidInputError(f"{config_path}: {e}") from e
     if (directory / "model.safetensors.index.json").exists():
         raise InvalidInputError(f"{directory} is sharded; minieagle reads a single {WEIGHTS_FILE}")
-    _require_file(weights_path, "re-save the checkpoint with save_checkpoint")
-    try:
-        stored = load_file(str(weights_path))
-    except (SafetensorError, TypeError, ValueError) as e:
-        raise InvalidInputError(
-            f"{weights_path} is truncated or corrupt ({e}); re-save or re-download it"
-        ) from e
+    stored = read_tensors(weights_path, fix_missing="re-save the checkpoint with save_checkpoint")
     try:
         validate_params(stored, config)
     except ValueError as e:

@@ -21,20 +21,26 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import load_file
 
 from minieagle import layers, losses, model
 from minieagle.backend import arange, array_module, to_device, zeros
 from minieagle.checkpoint import (
     CONFIG_FILE,
+    TARGET_KEY,
     WEIGHTS_FILE,
+    check_trained_for,
     config_from_hf_dict,
     config_to_hf_dict,
+    config_value,
+    read_config_json,
+    read_tensors,
+    target_record,
+    value_problem,
     write_directory_atomically,
     write_tensors,
 )
 from minieagle.config import LlamaConfig
-from minieagle.errors import InvalidInputError, MissingFileError
+from minieagle.errors import InvalidInputError
 from minieagle.kvcache import KVCache
 
 INPUTS = ("token+feature", "token", "feature")
@@ -310,23 +316,33 @@ def eagle1_loss(
 
 
 def _validate_head(head: dict, cfg: Eagle1Config) -> None:
+    """The head must hold exactly the tensors of `cfg`, each of its shape, floating point and
+    finite (a NaN would make every draft useless, or crash the tree search)."""
     expected = head_param_shapes(cfg)
     got = {name: tuple(np.shape(value)) for name, value in head.items()}
     if got != expected:
         wrong = sorted(n for n in expected.keys() | got.keys() if got.get(n) != expected.get(n))
         details = ", ".join(f"{n}: got {got.get(n)}, expected {expected.get(n)}" for n in wrong)
         raise InvalidInputError(f"head tensors do not match the config ({details})")
+    problems = [p for name in expected if (p := value_problem(name, head[name])) is not None]
+    if problems:
+        raise InvalidInputError(f"head tensors are unusable: {'; '.join(problems)}")
 
 
 def save_head(directory, head: dict, cfg: Eagle1Config, *, target_dir=None, dtype="float32"):
     """Write the head as `config.json` (a one-layer Llama config plus SafeAILab's "bias" and our
-    "minieagle_inputs") and `model.safetensors`, replacing `directory` atomically."""
+    "minieagle_inputs") and `model.safetensors`, replacing `directory` atomically.
+
+    target_dir: the target it was trained for. Its path and, when its weights exist, its
+    `target_fingerprint` are recorded, so `load_head(..., target_dir=)` can warn about a head
+    used with another target."""
     _validate_head(head, cfg)
     dtype = np.dtype(dtype).name
     config = config_to_hf_dict(cfg.layer, dtype)
     config.update(bias=cfg.fc_bias, minieagle_inputs=cfg.inputs, minieagle_head="eagle1")
     if target_dir is not None:
-        config["minieagle_target"] = str(target_dir)
+        has_weights = (Path(target_dir) / WEIGHTS_FILE).exists()
+        config.update(target_record(target_dir) if has_weights else {TARGET_KEY: str(target_dir)})
 
     def write(new: Path) -> None:
         (new / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
@@ -337,20 +353,30 @@ def save_head(directory, head: dict, cfg: Eagle1Config, *, target_dir=None, dtyp
     )
 
 
-def load_head(directory, *, dtype=np.float32) -> tuple[dict[str, np.ndarray], Eagle1Config]:
-    """Read a head written by `save_head`: (head params cast to dtype, its config)."""
+def load_head(
+    directory, *, target_dir=None, dtype=np.float32
+) -> tuple[dict[str, np.ndarray], Eagle1Config]:
+    """Read a head written by `save_head`: (head params cast to dtype, its config).
+
+    Checks it as `load_checkpoint` checks a model (files present and readable, config types,
+    tensor names, shapes, dtypes, no NaN/inf). target_dir: the target it will draft for; when
+    the head records another target's fingerprint, warns (UserWarning) that acceptance will be
+    poor. Raises FileNotFoundError or ValueError naming the file, the problem and the fix."""
     directory = Path(directory)
-    for name in (CONFIG_FILE, WEIGHTS_FILE):
-        if not (directory / name).is_file():
-            raise MissingFileError(
-                f"{directory / name} is missing; train a head with `minieagle train eagle1`"
-            )
-    d = json.loads((directory / CONFIG_FILE).read_text())
-    cfg = Eagle1Config(
-        config_from_hf_dict(d),
-        fc_bias=bool(d.get("bias", True)),
-        inputs=d.get("minieagle_inputs", "token+feature"),
-    )
-    head = {k: v.astype(dtype, copy=False) for k, v in load_file(directory / WEIGHTS_FILE).items()}
-    _validate_head(head, cfg)
-    return head, cfg
+    config_path, weights_path = directory / CONFIG_FILE, directory / WEIGHTS_FILE
+    fix = "train a head with `minieagle train eagle1`"
+    d = read_config_json(config_path, fix_missing=fix)
+    try:
+        bias = True if d.get("bias") is None else config_value("bias", d["bias"], "boolean")
+        inputs = d.get("minieagle_inputs", "token+feature")
+        cfg = Eagle1Config(config_from_hf_dict(d), fc_bias=bias, inputs=inputs)
+    except ValueError as e:
+        raise InvalidInputError(f"{config_path}: {e}") from e
+    stored = read_tensors(weights_path, fix_missing=fix)
+    try:
+        _validate_head(stored, cfg)
+    except ValueError as e:
+        raise InvalidInputError(f"{weights_path} does not match {config_path}: {e}") from e
+    if target_dir is not None:
+        check_trained_for(d, target_dir, kind="head", stacklevel=3)  # warn at the caller
+    return {k: v.astype(dtype, copy=False) for k, v in stored.items()}, cfg

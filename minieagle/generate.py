@@ -12,6 +12,7 @@ the next tree. The prompt's last token is the first root.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -93,21 +94,65 @@ def emitted_per_forward(results) -> float:
     return sum(sum(r.emitted_per_cycle) for r in results) / forwards if forwards else float("nan")
 
 
+def _is_int(value) -> bool:
+    """A Python or NumPy integer; bool is not (True is no token id or count)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
 def check_prompt(config: LlamaConfig, prompt_ids, max_new_tokens: int) -> None:
-    """Errors for prompts the model cannot continue."""
-    n = len(prompt_ids)
+    """Errors for requests the model cannot continue.
+
+    prompt_ids: a list, tuple or 1-D integer array of token ids in [0, vocab_size), 1 to
+    max_position_embeddings of them (the last one is fed at position n - 1, so a prompt that
+    fills the context still gets one token). max_new_tokens: an integer >= 0."""
+    if isinstance(prompt_ids, str):
+        raise InvalidInputError(
+            "prompt_ids is a str; encode text with the tokenizer first: "
+            "tokenizer.encode(text, add_bos=True)"
+        )
+    if isinstance(prompt_ids, np.ndarray):
+        if prompt_ids.ndim != 1 or not np.issubdtype(prompt_ids.dtype, np.integer):
+            raise InvalidInputError(
+                f"prompt_ids is an array of shape {prompt_ids.shape} and dtype "
+                f"{prompt_ids.dtype}; pass a 1-D integer array (or a list) of token ids"
+            )
+    elif not isinstance(prompt_ids, Sequence) or isinstance(prompt_ids, (bytes, bytearray)):
+        raise InvalidInputError(
+            f"prompt_ids is a {type(prompt_ids).__name__}; pass a list of host int token ids, "
+            "such as tokenizer.encode(text, add_bos=True)"
+        )
+    else:
+        for i, token in enumerate(prompt_ids):
+            if not _is_int(token):
+                raise InvalidInputError(
+                    f"prompt_ids[{i}]={token!r} is a {type(token).__name__}, not a token id; "
+                    "pass ints, such as tokenizer.encode(text, add_bos=True) returns"
+                )
+    n, V = len(prompt_ids), config.vocab_size
     if n == 0:
         raise InvalidInputError(
             "the prompt is empty; pass at least one token (e.g. the <|bos|> id)"
+        )
+    for i, token in enumerate(prompt_ids):
+        if not 0 <= token < V:
+            raise InvalidInputError(
+                f"token id {int(token)} is outside [0, vocab_size={V}) (at prompt_ids[{i}]); "
+                "encode text with the tokenizer saved beside this model"
+            )
+    if not _is_int(max_new_tokens):
+        raise InvalidInputError(
+            f"max_new_tokens={max_new_tokens!r} is a {type(max_new_tokens).__name__}; pass a "
+            "whole number of tokens such as 64"
         )
     if max_new_tokens < 0:
         raise InvalidInputError(
             f"max_new_tokens={max_new_tokens} is negative; pass a count such as 64"
         )
-    if n >= config.max_position_embeddings:
+    if n > config.max_position_embeddings:
         raise InvalidInputError(
             f"the prompt has {n} tokens but the context holds "
-            f"max_position_embeddings={config.max_position_embeddings}; shorten the prompt"
+            f"max_position_embeddings={config.max_position_embeddings}; shorten the prompt to "
+            f"at most {config.max_position_embeddings} tokens"
         )
 
 
@@ -131,8 +176,8 @@ def generate(
     sampling = sampling or SamplingParams()
     rng = rng or SeededRandomness(seed)
     drafter = drafter or NoDrafter()
-    prompt_ids = [int(t) for t in prompt_ids]
     check_prompt(config, prompt_ids, max_new_tokens)
+    prompt_ids = [int(t) for t in prompt_ids]
     embed = params["model.embed_tokens.weight"]  # arrays we make go where the weights are
     context = config.max_position_embeddings
     cache = KVCache.for_model(config, params, capacity=context)

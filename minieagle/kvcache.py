@@ -1,9 +1,12 @@
 """The key/value cache: append new positions, keep a chosen subset of them (tree acceptance).
 
-Keys and values of every layer live in preallocated buffers `[B, Hkv, capacity, hd]`; `length` says
-how many positions are valid. Appending writes in place. After a draft tree is verified, `keep`
-compacts the accepted nodes (a subset of the positions just appended, in order) to the front of
-that block and drops the rest — the "KV-cache surgery" every speculative method shares.
+Keys and values of every layer live in buffers `[B, Hkv, allocated, hd]`; `length` says how many
+positions are valid. Appending writes in place; a buffer that is full is replaced by one twice as
+long (never past `capacity`, the hard limit), so a model with a context of 10^9 positions costs
+only what it uses, and the copies cost O(1) per position on average. After a draft tree is
+verified, `keep` compacts the accepted nodes (a subset of the positions just appended, in order)
+to the front of that block and drops the rest — the "KV-cache surgery" every speculative method
+shares.
 """
 
 from __future__ import annotations
@@ -15,16 +18,35 @@ from minieagle.errors import InvalidInputError
 class KVCache:
     """Per-layer key/value buffers for one batch of sequences."""
 
+    INITIAL_POSITIONS = 256  # buffer length before the first growth
+
     def __init__(
         self, num_layers: int, batch: int, num_kv_heads: int, head_dim: int, capacity: int, like
     ):
         """`like` is any array whose module, device and dtype the buffers take (e.g. a model
-        weight)."""
-        shape = (batch, num_kv_heads, capacity, head_dim)
+        weight). capacity: the most positions the cache will ever hold; the buffers start at
+        min(capacity, INITIAL_POSITIONS) positions and grow as appends need."""
+        shape = (batch, num_kv_heads, min(capacity, self.INITIAL_POSITIONS), head_dim)
         self.keys = [zeros(shape, like=like) for _ in range(num_layers)]
         self.values = [zeros(shape, like=like) for _ in range(num_layers)]
         self.capacity = capacity
         self.length = 0
+
+    @property
+    def allocated(self) -> int:
+        """Positions the buffers hold now (valid or not): length <= allocated <= capacity."""
+        return self.keys[0].shape[2] if self.keys else 0
+
+    def _grow(self, needed: int) -> None:
+        """Replace every buffer by one of max(needed, 2 * allocated) positions (at most
+        capacity), the old contents copied to its front."""
+        size = min(self.capacity, max(needed, 2 * self.allocated))
+        for buffers in (self.keys, self.values):
+            for i, buf in enumerate(buffers):
+                B, H, old, hd = buf.shape
+                grown = zeros((B, H, size, hd), like=buf)  # [B, Hkv, size, hd]
+                grown[:, :, :old, :] = buf
+                buffers[i] = grown
 
     @classmethod
     def for_model(cls, config, params, batch: int = 1, capacity: int | None = None) -> KVCache:
@@ -49,6 +71,8 @@ class KVCache:
                 f"{self.capacity}; shorten the prompt or max_new_tokens, or raise "
                 "max_position_embeddings"
             )
+        if end > self.allocated:
+            self._grow(end)
         self.keys[layer][:, :, self.length : end, :] = k
         self.values[layer][:, :, self.length : end, :] = v
         if layer == len(self.keys) - 1:

@@ -25,7 +25,7 @@ from tiny_eagle import run as _run
 from minieagle import model
 from minieagle import tree as trees
 from minieagle.drafters import build_drafter
-from minieagle.drafters import eagle1 as drafter_module
+from minieagle.drafters import head_drafter as drafter_module
 from minieagle.drafters.eagle1 import Eagle1Drafter
 from minieagle.eagle1 import Eagle1Config, head_forward, init_head, new_head_cache, save_head
 from minieagle.generate import greedy_reference

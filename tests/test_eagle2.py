@@ -28,7 +28,7 @@ from minieagle import dynamic_tree as dt
 from minieagle import model
 from minieagle import tree as trees
 from minieagle.drafters import build_drafter
-from minieagle.drafters import eagle1 as head_module
+from minieagle.drafters import head_drafter as head_module
 from minieagle.drafters.eagle2 import Eagle2Drafter
 from minieagle.eagle1 import head_forward, save_head
 from minieagle.generate import greedy_reference

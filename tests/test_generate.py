@@ -60,7 +60,7 @@ def test_greedy_equals_the_cache_free_oracle(prompt, n):
     assert result.stop_reason == "max_new_tokens"
     assert result.prompt_length == len(prompt)
     assert result.target_forwards == n  # vanilla: one target forward per token, prefill apart
-    assert result.tau == (1.0 if n else 0.0)
+    assert result.tau == 1.0 if n else np.isnan(result.tau)  # no forward: no tau
 
 
 def test_greedy_paths_are_not_degenerate():
@@ -218,7 +218,7 @@ def test_a_budget_that_exactly_fills_the_context_stops_on_the_budget():
     [
         ([], 4, "the prompt is empty"),
         ([1, 5], -1, "max_new_tokens=-1 is negative"),
-        ([1] * CONTEXT, 4, f"the prompt has {CONTEXT} tokens but the context holds"),
+        ([1] * (CONTEXT + 1), 4, f"the prompt has {CONTEXT + 1} tokens but the context holds"),
         ([1, V], 4, f"token id {V} is outside [0, vocab_size={V})"),
         ([1, -3], 4, "token id -3 is outside"),
     ],

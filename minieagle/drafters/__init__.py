@@ -53,7 +53,7 @@ class NoDrafter:
         pass
 
 
-METHODS = ("vanilla", "draft-model", "eagle1", "eagle2")
+METHODS = ("vanilla", "draft-model", "eagle1", "eagle2", "eagle3")
 
 
 def build_drafter(
@@ -75,7 +75,10 @@ def build_drafter(
     tree ("default", "chain:D" or a path list of child ranks), for "eagle1".
     "eagle2" takes the same target and head, and depth (expansion steps), top_k (candidates
     expanded per level and children per candidate), total_tokens (nodes verified, root
-    included); None means the defaults of `minieagle.drafters.eagle2`."""
+    included); None means the defaults of `minieagle.drafters.eagle2`.
+    "eagle3" drafts through the same dynamic tree with an EAGLE-3 head: head = (head params,
+    Eagle3Config, DraftVocab); None sizes mean the EAGLE-3 defaults
+    (`minieagle.drafters.eagle2.EAGLE3_DEFAULTS`)."""
     if method == "vanilla":
         return None
     if method == "draft-model":
@@ -95,14 +98,17 @@ def build_drafter(
                 "(train one with `minieagle train eagle1`)"
             )
         return Eagle1Drafter(*target, *head, choices=tree)
-    if method == "eagle2":
-        from minieagle.drafters.eagle2 import Eagle2Drafter
+    if method in ("eagle2", "eagle3"):
+        from minieagle.drafters.eagle2 import EAGLE2_DEFAULTS, EAGLE3_DEFAULTS, Eagle2Drafter
 
+        trained_by = "eagle1" if method == "eagle2" else "eagle3"
         if head is None or target is None:
             raise InvalidInputError(
-                "method 'eagle2' needs the target and a trained EAGLE-1 head; pass --head DIR "
-                "(train one with `minieagle train eagle1`)"
+                f"method {method!r} needs the target and a trained {trained_by} head; pass "
+                f"--head DIR (train one with `minieagle train {trained_by}`)"
             )
+        defaults = EAGLE2_DEFAULTS if method == "eagle2" else EAGLE3_DEFAULTS
         sizes = dict(depth=depth, top_k=top_k, total_tokens=total_tokens)
-        return Eagle2Drafter(*target, *head, **{k: v for k, v in sizes.items() if v is not None})
+        sizes = {k: defaults[k] if v is None else v for k, v in sizes.items()}
+        return Eagle2Drafter(*target, *head, **sizes)
     raise InvalidInputError(f"unknown method {method!r}; expected one of {list(METHODS)}")

@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from minieagle.config import LlamaConfig
-from minieagle.drafters.eagle1 import HeadDrafter
+from minieagle.drafters.head_drafter import HeadDrafter
 from minieagle.dynamic_tree import (
     add_children,
     build_tree,
@@ -47,7 +47,6 @@ from minieagle.dynamic_tree import (
     rerank,
     top_children,
 )
-from minieagle.eagle1 import Eagle1Config
 from minieagle.errors import InvalidInputError
 from minieagle.sampling import Randomness
 from minieagle.tree import Tree, children
@@ -55,11 +54,19 @@ from minieagle.tree import Tree, children
 DEFAULT_DEPTH = 5
 DEFAULT_TOP_K = 8
 DEFAULT_TOTAL_TOKENS = 26
+EAGLE2_DEFAULTS = {
+    "depth": DEFAULT_DEPTH,
+    "top_k": DEFAULT_TOP_K,
+    "total_tokens": DEFAULT_TOTAL_TOKENS,
+}
+# EAGLE-3 (paper App. A): the same node budget, a tree two levels deeper (depth 7 = 8 levels).
+EAGLE3_DEFAULTS = {"depth": 7, "top_k": DEFAULT_TOP_K, "total_tokens": DEFAULT_TOTAL_TOKENS}
 
 
 class Eagle2Drafter(HeadDrafter):
     """EAGLE-2: a dynamic draft tree from the EAGLE-1 head (see the module docstring for
-    `depth`, `top_k`, `total_tokens`).
+    `depth`, `top_k`, `total_tokens`). EAGLE-3 drafts through the same tree: pass an EAGLE-3
+    head, its `Eagle3Config` and its `DraftVocab` (`HeadDrafter`).
 
     draft_logits: as in `HeadDrafter` (NaN rows for nodes never fed). pool: the last cycle's
     `dynamic_tree.Pool`, selected: the pool indices of the tree's drafts (node j + 1 is
@@ -72,7 +79,8 @@ class Eagle2Drafter(HeadDrafter):
         target_params,
         target_config: LlamaConfig,
         head: dict,
-        head_cfg: Eagle1Config,
+        head_cfg,
+        vocab=None,
         *,
         depth: int = DEFAULT_DEPTH,
         top_k: int = DEFAULT_TOP_K,
@@ -89,7 +97,7 @@ class Eagle2Drafter(HeadDrafter):
                 f"of {total_tokens} nodes keeps; pass top_k <= {total_tokens - 1} or raise "
                 "total_tokens"
             )
-        super().__init__(target_params, target_config, head, head_cfg)
+        super().__init__(target_params, target_config, head, head_cfg, vocab)
         self.depth, self.top_k, self.total_tokens = depth, top_k, total_tokens
         self.draft_slots = depth * top_k  # the frontier nodes fed to the head each cycle
         self.pool, self.selected = None, None

@@ -1,0 +1,253 @@
+"""What every head-based drafter shares: a trained head drafting from the target's features.
+
+EAGLE-1, EAGLE-2 and EAGLE-3 all draft the same way around their head: the head's KV cache holds
+only committed real pairs (a target feature, the token that followed), a *catch-up* forward reads
+the pairs the target committed since the last cycle, and the tree is grown one head forward per
+level, each node reading (the head's output at its parent, its own token) at the position its path
+would occupy, under a tree mask. `HeadDrafter` is that machinery; its subclasses build the tree
+(`Eagle1Drafter`: a static tree; `Eagle2Drafter`: the dynamic tree, with either head).
+
+The heads differ in what they read and predict, so each is driven through a small adapter:
+- `Eagle1Head`: reads the target's final-norm feature ("final"); its output f̂ goes through the
+  target's frozen LM head, over the whole vocabulary.
+- `Eagle3Head`: reads the fused inputs of three target layers (3d, through `fc`); its output a
+  is fed back unchanged; its own LM head scores a reduced draft vocabulary, which the adapter
+  scatters into the target's vocabulary (-inf elsewhere), so trees and verification never see
+  draft ids.
+`HeadDrafter` picks the adapter from the head's config type (`HEAD_ADAPTERS`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minieagle.backend import array_module, to_device, to_host
+from minieagle.config import LlamaConfig
+from minieagle.eagle1 import Eagle1Config, head_forward, head_param_shapes, new_head_cache
+from minieagle.errors import InvalidInputError
+from minieagle.heads import eagle3
+from minieagle.sampling import SamplingParams
+
+
+class Eagle1Head:
+    """EAGLE-1's head as a drafter drives it (see the module docstring)."""
+
+    def __init__(self, target_params, target_config: LlamaConfig, head, cfg: Eagle1Config, vocab):
+        if vocab is not None:
+            raise InvalidInputError(
+                "an EAGLE-1 head predicts over the target's whole vocabulary; pass vocab=None"
+            )
+        _check_eagle1_head(target_config, head, cfg)
+        self.target_params, self.head, self.cfg = target_params, head, cfg
+        self.feature_keys = ("final",)
+
+    def features(self, hidden: dict):
+        """The head's input features [T, d] from the target's hidden states."""
+        return hidden["final"]
+
+    def new_cache(self, capacity: int):
+        return new_head_cache(self.cfg, self.head, capacity)
+
+    def forward(self, tokens, features, cache, **placement):
+        """(output [T, d], logits [T, V]) appended to `cache`."""
+        predicted, logits, _ = head_forward(
+            self.head, self.cfg, self.target_params, tokens, features, cache=cache, **placement
+        )
+        return predicted, logits
+
+
+class Eagle3Head:
+    """EAGLE-3's head as a drafter drives it (see the module docstring). vocab: its
+    `DraftVocab` (None: the target's whole vocabulary)."""
+
+    def __init__(
+        self, target_params, target_config: LlamaConfig, head, cfg: eagle3.Eagle3Config, vocab
+    ):
+        for name in ("vocab_size", "hidden_size"):
+            got, want = getattr(cfg.layer, name), getattr(target_config, name)
+            if got != want:
+                raise InvalidInputError(
+                    f"the EAGLE-3 head has {name}={got} but the target has {want}; load the "
+                    "head trained for this target (or train one: minieagle train eagle3)"
+                )
+        if max(cfg.aux_layers) >= target_config.num_hidden_layers:
+            raise InvalidInputError(
+                f"the EAGLE-3 head fuses the inputs of target layers {cfg.aux_layers}, but the "
+                f"target has {target_config.num_hidden_layers} layers; load the head trained "
+                "for this target"
+            )
+        embed = target_params["model.embed_tokens.weight"]
+        self.vocab = vocab or eagle3.DraftVocab.full(target_config.vocab_size)
+        if self.vocab.size != cfg.draft_vocab_size:
+            raise InvalidInputError(
+                f"the draft vocabulary has {self.vocab.size} ids but the head's lm_head scores "
+                f"draft_vocab_size={cfg.draft_vocab_size}; load the d2t/t2d saved with the head"
+            )
+        self.target_params, self.head, self.cfg = target_params, head, cfg
+        self.feature_keys = tuple(cfg.aux_layers)
+        self.xp = array_module(embed)
+        self.target_ids = to_device(to_host(self.vocab.ids), embed, dtype=self.xp.int64)  # [N]
+        self.vocab_size = target_config.vocab_size
+
+    def features(self, hidden: dict):
+        """The fused low/mid/high features [T, 3d] from the target's hidden states."""
+        return eagle3.fuse_features(hidden, self.cfg.aux_layers)
+
+    def new_cache(self, capacity: int):
+        return eagle3.new_head_cache(self.cfg, self.head, capacity)
+
+    def forward(self, tokens, features, cache, **placement):
+        """(output a [T, d], logits [T, V] over the target's ids, -inf outside the draft
+        vocabulary) appended to `cache`."""
+        out, draft_logits, _ = eagle3.head_forward(
+            self.head, self.cfg, self.target_params, tokens, features, cache=cache, **placement
+        )
+        T = draft_logits.shape[0]
+        logits = self.xp.full((T, self.vocab_size), -self.xp.inf, dtype=draft_logits.dtype)
+        logits[:, self.target_ids] = draft_logits  # [T, N] -> [T, V]
+        return out, logits
+
+
+# Which adapter drives a head, by the type of its config.
+HEAD_ADAPTERS = {Eagle1Config: Eagle1Head, eagle3.Eagle3Config: Eagle3Head}
+
+
+def draft_head(target_params, target_config: LlamaConfig, head, head_cfg, vocab=None):
+    """The adapter for a head (`HEAD_ADAPTERS`), checked against the target."""
+    adapter = HEAD_ADAPTERS.get(type(head_cfg))
+    if adapter is None:
+        raise InvalidInputError(
+            f"head_cfg is a {type(head_cfg).__name__}; expected one of "
+            f"{[c.__name__ for c in HEAD_ADAPTERS]} (load a head with its own loader)"
+        )
+    return adapter(target_params, target_config, head, head_cfg, vocab)
+
+
+class HeadDrafter:
+    """What every head-based drafter shares: the head KV cache holding only committed real
+    pairs, the catch-up forward, and one head forward over a level of tree nodes with the tree
+    mask and depth positions. Subclasses build the tree (`propose`). head, head_cfg: the trained
+    head and its config (`Eagle1Config` or `Eagle3Config`); vocab: an EAGLE-3 head's
+    `DraftVocab` (None = the target's whole vocabulary).
+
+    After each `propose`, `draft_logits` (float64 host [N, V]) holds the head's logits at each
+    node of the returned tree: row i predicts node i's children (NaN for nodes never fed,
+    whose children the tree does not hold). For tests and notebooks.
+    """
+
+    draft_slots: int = 0  # head-cache room for draft pairs beyond one pair per target position
+
+    def __init__(self, target_params, target_config: LlamaConfig, head: dict, head_cfg, vocab=None):
+        self.draft = draft_head(target_params, target_config, head, head_cfg, vocab)
+        self.feature_keys = self.draft.feature_keys
+        self.target_params, self.target_config = target_params, target_config
+        self.head, self.head_cfg = head, head_cfg
+        self.embed = target_params["model.embed_tokens.weight"]
+        self.xp = array_module(self.embed)
+        self.draft_logits = None
+
+    def begin(self, prompt_ids, features, sampling: SamplingParams) -> None:
+        self.sampling = sampling
+        capacity = self.target_config.max_position_embeddings  # one pair per target position
+        self.cache = self.draft.new_cache(capacity + self.draft_slots)
+        self.committed = 0  # head cache positions holding real pairs
+        self.root_prediction = None  # (f̂ [d], host logits [V]) at the root after catch-up
+        # Pair t = (f_t, x_{t+1}) for t = 0 .. n-2, read at the next catch-up.
+        self.pending_tokens = [int(t) for t in prompt_ids[1:]]
+        self.pending_features = [self.draft.features(features)] if self.pending_tokens else []
+
+    def accept(self, tokens, features, next_token: int) -> None:
+        self.cache.crop(self.committed)
+        # Pairs (f(tokens[i]), tokens[i+1]) and (f(tokens[-1]), next_token).
+        self.pending_tokens += [*(int(t) for t in tokens[1:]), int(next_token)]
+        self.pending_features.append(self.draft.features(features))  # [len(tokens), F]
+
+    def _start_cycle(self, max_nodes: int) -> bool:
+        """Drop earlier draft slots and catch up; False when no tree can be drafted (no room
+        for a draft, or a one-token prompt with no feature yet)."""
+        self.cache.crop(self.committed)  # no draft slots from an earlier call
+        self.draft_logits = None
+        if max_nodes < 2:
+            return False
+        self._catch_up()
+        return self.root_prediction is not None
+
+    def _head(self, tokens, features, **placement):
+        """One head forward appending to the head cache: (f̂ [T, d], logits [T, V]).
+        placement: optional host position_ids [T] and attention_mask [T, cached + T]."""
+        placement = {name: to_device(value, self.embed) for name, value in placement.items()}
+        tokens = to_device(tokens, self.embed)
+        predicted, logits = self.draft.forward(tokens, features, self.cache, **placement)
+        return predicted, logits
+
+    def _catch_up(self) -> None:
+        """Read the pending pairs (committed, real features); the last output is the root's."""
+        if not self.pending_tokens:
+            return
+        features = self.xp.concat(self.pending_features, axis=0)  # [P, d]
+        predicted, logits = self._head(self.pending_tokens, features)
+        self.committed = self.cache.length
+        self.root_prediction = (predicted[-1, ...], _host(logits[-1, ...]))
+        self.pending_tokens, self.pending_features = [], []
+
+    def _feed_level(self, fed, tokens, parents, predicted, logits, slot) -> None:
+        """One head forward over the nodes `fed` (all at one depth): pair (f̂ at the parent,
+        node token) at position (root pair's position + depth), tree attention mask.
+
+        tokens, parents: per node id (node 0 = the root, parents[0] = -1); predicted (node ->
+        f̂ [d]) and logits (node -> host [V]) must hold the parents; slot (node -> head cache
+        slot) the ancestors below the root. Fills predicted, logits and slot for `fed`."""
+        base, count = self.cache.length, len(fed)
+        depth = _depth(fed[0], parents)
+        mask = np.zeros((count, base + count), dtype=bool)  # [T, cached + T]
+        mask[:, : self.committed] = True
+        for i, node in enumerate(fed):
+            ancestor = parents[node]
+            while ancestor != 0:
+                mask[i, slot[ancestor]] = True
+                ancestor = parents[ancestor]
+            mask[i, base + i] = True
+            slot[node] = base + i
+        positions = np.full(count, self.committed - 1 + depth)  # [T], one position per level
+        features = self.xp.stack([predicted[parents[node]] for node in fed])  # [T, d]
+        out, level_logits = self._head(
+            [tokens[n] for n in fed], features, position_ids=positions, attention_mask=mask
+        )
+        rows = _host(level_logits)  # [T, V], one transfer per level
+        for i, node in enumerate(fed):
+            predicted[node] = out[i, ...]
+            logits[node] = rows[i]
+
+
+def _host(x) -> np.ndarray:
+    return np.asarray(to_host(x), dtype=np.float64)
+
+
+def _depth(node: int, parents) -> int:
+    depth = 0
+    while node != 0:
+        node, depth = parents[node], depth + 1
+    return depth
+
+
+def _check_eagle1_head(target_config: LlamaConfig, head: dict, head_cfg: Eagle1Config) -> None:
+    """The head must have been built for this target (same vocabulary and width), and its
+    weights must match its config."""
+    layer = head_cfg.layer
+    for name in ("vocab_size", "hidden_size"):
+        got, want = getattr(layer, name), getattr(target_config, name)
+        if got != want:
+            raise InvalidInputError(
+                f"the EAGLE-1 head has {name}={got} but the target has {want}; load the head "
+                "trained on this target (or train one: minieagle train eagle1)"
+            )
+    for name, shape in head_param_shapes(head_cfg).items():
+        if name not in head:
+            raise InvalidInputError(
+                f"the EAGLE-1 head has no parameter {name!r}; load a complete head"
+            )
+        if tuple(head[name].shape) != tuple(shape):
+            raise InvalidInputError(
+                f"head parameter {name!r} has shape {tuple(head[name].shape)} but its config "
+                f"says {tuple(shape)}; the weights and config.json do not belong together"
+            )
