@@ -72,8 +72,9 @@ def check_method_flags(args) -> None:
 
 def _drafter_factory(args, config, params=None):
     """A function returning a fresh drafter for args.method (None for vanilla); params are the
-    target's (EAGLE heads read its embedding and LM head). Validates everything first."""
-    from minieagle.checkpoint import load_checkpoint
+    target's (EAGLE heads read its embedding and LM head). Validates everything first, and
+    warns when a head or draft model records another target than args.model."""
+    from minieagle.checkpoint import check_trained_for, load_checkpoint
     from minieagle.drafters import build_drafter
 
     draft_model = head = None
@@ -84,10 +85,12 @@ def _drafter_factory(args, config, params=None):
         from minieagle.eagle1 import load_head
 
         head_dir = args.head or DEFAULT_HEAD
-        head = load_head(head_dir, dtype=params["model.embed_tokens.weight"].dtype)
+        dtype = params["model.embed_tokens.weight"].dtype
+        head = load_head(head_dir, target_dir=args.model, dtype=dtype)
     if args.method == "draft-model":
         draft_dir = args.draft_model or DEFAULT_DRAFT_MODEL
         draft_params, draft_config, _ = load_checkpoint(draft_dir, with_tokenizer=False)
+        check_trained_for(draft_dir, args.model, kind="draft model")
         if draft_config.vocab_size != config.vocab_size:
             raise InvalidInputError(
                 f"draft model vocab_size={draft_config.vocab_size} differs from the target's "

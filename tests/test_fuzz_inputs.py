@@ -123,6 +123,28 @@ def test_generate_command_runs_or_explains(models, data):
     _assert_clean(*_run_cli(argv))
 
 
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--method", "vanilla"],
+        ["--method", "draft-model", "--gamma", "3"],
+        ["--method", "eagle1", "--tree", "chain", "--depth", "2"],
+        ["--method", "eagle2", "--tree-top-k", "3", "--total-tokens", "6"],
+        ["--temperature", "0.7", "--top-k", "5", "--top-p", "0.9"],
+    ],
+)
+def test_the_fuzzed_generate_command_also_succeeds(models, flags):
+    """The fuzz strategy's legal corner runs (so the property is not met by errors alone)."""
+    argv = ["generate", "def f(x):", "--model", models["target"], *flags, "--max-new-tokens", "5"]
+    if "draft-model" in flags:
+        argv += ["--draft-model", models["draft"]]
+    if any(m in flags for m in ("eagle1", "eagle2")):
+        argv += ["--head", models["head"]]
+    code, err, seconds = _run_cli(argv)
+    assert code == EXIT_OK, err
+    _assert_clean(code, err, seconds)
+
+
 @settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_bench_command_runs_or_explains(models, data):
