@@ -20,7 +20,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from minieagle import model
-from minieagle.checkpoint import load_checkpoint
+from minieagle.checkpoint import load_checkpoint, target_fingerprint
 from minieagle.eagle1 import (
     INPUTS,
     Eagle1Config,
@@ -29,9 +29,26 @@ from minieagle.eagle1 import (
     init_head,
     save_head,
 )
-from minieagle.errors import InvalidInputError, TrainingDivergedError
+from minieagle.errors import InvalidInputError
 from minieagle.optim import AdamW, AdamWConfig, clip_grad_norm, cosine_lr
-from minieagle.train import _load_state, _save_state, sample_batch, token_stream
+from minieagle.train import (
+    _check_shared_fields,
+    _discard_states,
+    _discard_unfinished_save,
+    _exclusive_run,
+    _load_state,
+    _newest_state,
+    _prepare_run_dirs,
+    _read_run_record,
+    _read_token_cache,
+    _refuse_other_run,
+    _require_finite,
+    _require_stream_length,
+    _save_state,
+    _write_token_cache,
+    sample_batch,
+    token_stream,
+)
 
 DEFAULT_TARGET = str(Path(__file__).parent / "pretrained" / "small")
 RUN_FILE = "eagle_train_config.json"
@@ -69,15 +86,16 @@ class EagleTrainConfig:
     prompt_tokens: int = 16  # ... each continuing a prompt of this many corpus tokens
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "seq_len", "eval_every", "eval_batches", "save_every"):
-            if getattr(self, name) <= 0:
-                raise InvalidInputError(f"{name}={getattr(self, name)} must be a positive integer")
+        self.corpora = tuple(self.corpora)
+        _check_shared_fields(self)
         if self.inputs not in INPUTS:
             raise InvalidInputError(f"inputs={self.inputs!r} is not one of {INPUTS}")
-        if self.noise < 0:
-            raise InvalidInputError(
-                f"noise={self.noise} is negative; pass a half-width such as 0.1"
-            )
+        for name, example in (("noise", "0.1"), ("p_weight", "0.1")):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise InvalidInputError(
+                    f"{name}={value} is negative or not finite; pass a value such as {example}"
+                )
         if self.data not in DATA_SOURCES:
             raise InvalidInputError(f"data={self.data!r} is not one of {DATA_SOURCES}")
         if self.data == "generated" and self.generated_tokens < 2 * (self.seq_len + 1):
@@ -85,7 +103,15 @@ class EagleTrainConfig:
                 f"generated_tokens={self.generated_tokens} is too few for windows of "
                 f"{self.seq_len + 1}; pass at least {2 * (self.seq_len + 1)}"
             )
-        self.corpora = tuple(self.corpora)
+        if not (math.isfinite(self.generate_temperature) and self.generate_temperature >= 0):
+            raise InvalidInputError(
+                f"generate_temperature={self.generate_temperature} must be >= 0 (0 = greedy)"
+            )
+        if not 1 <= self.prompt_tokens <= self.seq_len:
+            raise InvalidInputError(
+                f"prompt_tokens={self.prompt_tokens} must be in [1, seq_len={self.seq_len}]: "
+                "each window holds a prompt and its continuation"
+            )
 
 
 # ---------------------------------------------------------------------------- data
@@ -118,7 +144,9 @@ def generated_stream(
     from minieagle.sampling import SamplingParams
 
     if cache_path is not None and cache_path.exists():
-        return np.load(cache_path)
+        cached = _read_token_cache(cache_path, target_config.vocab_size)
+        if cached is not None:
+            return cached
     rng = np.random.default_rng(cfg.seed + 1)
     sampling = SamplingParams(temperature=cfg.generate_temperature)
     length = cfg.seq_len + 1 - cfg.prompt_tokens  # one window per continuation
@@ -144,19 +172,13 @@ def generated_stream(
     bar.close()
     ids = np.concatenate(pieces)
     if cache_path is not None:
-        tmp = cache_path.with_name(cache_path.name + ".tmp.npy")
-        np.save(tmp, ids)
-        tmp.replace(cache_path)
+        _write_token_cache(cache_path, ids)
     return ids
 
 
 def _validation_windows(stream: np.ndarray, seq_len: int, count: int) -> np.ndarray:
-    """Fixed, evenly spaced windows int [count, seq_len + 1] of a validation stream."""
-    if len(stream) < seq_len + 2:
-        raise InvalidInputError(
-            f"the validation stream has {len(stream)} tokens, fewer than seq_len + 2 = "
-            f"{seq_len + 2}; lower --seq-len or raise --max-train-chars"
-        )
+    """Fixed, evenly spaced windows int [count, seq_len + 1] of a validation stream (of at least
+    seq_len + 2 tokens: `_require_stream_length`)."""
     starts = np.linspace(0, len(stream) - seq_len - 2, count).astype(np.int64)
     return np.stack([stream[s : s + seq_len + 1] for s in starts]).astype(np.int64)
 
@@ -177,24 +199,58 @@ def evaluate(head, cfg: Eagle1Config, target_params, pairs: list, p_weight: floa
 # ---------------------------------------------------------------------------- the loop
 
 
-def _check_run_dir(out_dir: Path, cfg: EagleTrainConfig, resume: bool) -> None:
-    """Refuse to resume a run whose head differs (another target, inputs or bias)."""
-    path = out_dir / RUN_FILE
-    if resume and path.exists() and (out_dir / "state").exists():
-        saved = json.loads(path.read_text())
-        for key in ("target", "inputs", "fc_bias"):
-            if saved.get(key) != getattr(cfg, key):
-                raise InvalidInputError(
-                    f"{out_dir} holds a run with {key}={saved.get(key)!r}, not "
-                    f"{getattr(cfg, key)!r}; pass another --out-dir, or --no-resume to start over"
-                )
-    path.write_text(json.dumps(asdict(cfg), indent=2))
+def _refuse_other_target(out_dir: Path, recorded: dict, target: Path, fingerprint: str) -> None:
+    """Refuse to resume a head trained for other target weights. The weights decide, not the
+    spelling of the path: a trailing slash, a relative path or a copy resumes; a target retrained
+    in place does not. Older run files have no fingerprint: their resolved path is compared."""
+    if "target_fingerprint" in recorded:
+        same = recorded["target_fingerprint"] == fingerprint
+    else:
+        same = "target" not in recorded or Path(recorded["target"]).resolve() == target
+    if not same:
+        raise InvalidInputError(
+            f"{out_dir} holds a head trained for the target {recorded.get('target')} "
+            f"(fingerprint {recorded.get('target_fingerprint', 'not recorded')}), not {target} "
+            f"(fingerprint {fingerprint}); pass the original --target to resume it, or another "
+            "--out-dir to train a head for this target; --no-resume would start over (discards "
+            "progress)"
+        )
+
+
+def _run_record(cfg: EagleTrainConfig) -> dict:
+    """What out_dir/eagle_train_config.json records of a run: its settings, with the target's
+    resolved path and the fingerprint of its weights."""
+    target = Path(cfg.target).resolve()
+    return {**asdict(cfg), "target": str(target), "target_fingerprint": target_fingerprint(target)}
+
+
+def _refuse_other_head(out_dir: Path, record: dict) -> None:
+    """Refuse to resume the run in `out_dir` if its head differs from the one `record`
+    describes: other target weights, inputs or bias."""
+    recorded = _read_run_record(out_dir / RUN_FILE)
+    _refuse_other_target(out_dir, recorded, Path(record["target"]), record["target_fingerprint"])
+    fixes = {
+        "inputs": "pass --inputs {recorded} to resume it",
+        "fc_bias": "pass fc_bias={recorded} to resume it",
+    }
+    identity = {key: record[key] for key in fixes}
+    _refuse_other_run(out_dir, recorded, identity, fixes)
 
 
 def train_eagle1(cfg: EagleTrainConfig, *, resume: bool = True, progress: bool = True) -> dict:
-    """Train an EAGLE-1 head for the target in `cfg.target`; returns the final log."""
+    """Train an EAGLE-1 head for the target in `cfg.target`; returns the final log.
+
+    The run directory is checked writable and locked against a second trainer for the whole
+    run; a resume continues the saved run if its target weights, inputs and bias are the same."""
     out_dir = Path(cfg.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    export_dir = Path(cfg.export_dir or out_dir / "final")
+    _prepare_run_dirs(out_dir, export_dir)
+    with _exclusive_run(out_dir):
+        return _train_head(cfg, out_dir, export_dir, resume, progress)
+
+
+def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, progress) -> dict:
+    """The body of `train_eagle1`, run while holding the run directory's lock."""
     target_params, target_config, tokenizer = load_checkpoint(cfg.target, dtype=np.float32)
     if tokenizer is None:
         raise InvalidInputError(
@@ -205,12 +261,22 @@ def train_eagle1(cfg: EagleTrainConfig, *, resume: bool = True, progress: bool =
             f"seq_len={cfg.seq_len} needs windows of {cfg.seq_len + 1} tokens, more than the "
             f"target's max_position_embeddings={target_config.max_position_embeddings}"
         )
-    _check_run_dir(out_dir, cfg, resume)
+    _discard_unfinished_save(out_dir)
+    state_dir = _newest_state(out_dir) if resume else None
+    record = _run_record(cfg)
+    if state_dir is not None:
+        _refuse_other_head(out_dir, record)
     head_cfg = Eagle1Config.from_target(target_config, inputs=cfg.inputs, fc_bias=cfg.fc_bias)
 
     train_streams = [
         token_stream(tokenizer, c, "train", out_dir, cfg.max_train_chars)[0] for c in cfg.corpora
     ]
+    val_streams = {
+        c: token_stream(tokenizer, c, "val", out_dir, cfg.max_train_chars)[0] for c in cfg.corpora
+    }
+    for corpus, stream in zip(cfg.corpora, train_streams, strict=True):
+        _require_stream_length(stream, f"{corpus} train", cfg.seq_len)
+        _require_stream_length(val_streams[corpus], f"{corpus} val", cfg.seq_len)
     if cfg.data == "generated":  # validation stays on the corpora: what the drafter will meet
         name = f"generated-{cfg.generated_tokens}-T{cfg.generate_temperature}-s{cfg.seed}.npy"
         train_streams = [
@@ -218,21 +284,24 @@ def train_eagle1(cfg: EagleTrainConfig, *, resume: bool = True, progress: bool =
                 target_params, target_config, train_streams, cfg, out_dir / name, progress
             )
         ]
+        _require_stream_length(train_streams[0], "generated", cfg.seq_len)
     val_pairs = {}  # the target runs once over the fixed validation windows
-    for corpus in cfg.corpora:
-        stream, _ = token_stream(tokenizer, corpus, "val", out_dir, cfg.max_train_chars)
+    for corpus, stream in val_streams.items():
         windows = _validation_windows(stream, cfg.seq_len, cfg.eval_batches * cfg.batch_size)
         val_pairs[corpus] = [
             target_pairs(target_params, target_config, chunk)
             for chunk in np.array_split(windows, cfg.eval_batches)
         ]
+    if not resume:
+        _discard_states(out_dir)
+    (out_dir / RUN_FILE).write_text(json.dumps(record, indent=2))
 
     head = init_head(head_cfg, seed=cfg.seed)
     optimizer = AdamW(head, AdamWConfig(lr=cfg.lr, weight_decay=cfg.weight_decay))
     rng = np.random.default_rng(cfg.seed)  # draws the batches and the feature noise
     step, log = 0, {"evals": []}
-    if resume and ((out_dir / "state").exists() or (out_dir / "state.old").exists()):
-        step, rng_state, log = _load_state(out_dir, head, optimizer)
+    if state_dir is not None:
+        step, rng_state, log = _load_state(state_dir, head, optimizer)
         rng.bit_generator.state = rng_state
 
     def run_eval(record: dict) -> None:
@@ -267,13 +336,9 @@ def train_eagle1(cfg: EagleTrainConfig, *, resume: bool = True, progress: bool =
             noise=cfg.noise,
             rng=rng,
         )
-        if not math.isfinite(loss):
-            raise TrainingDivergedError(
-                f"loss became {loss} at step {step}; lower --lr (now {cfg.lr}) or raise "
-                "--warmup-steps"
-            )
         grad_norm = clip_grad_norm(grads, cfg.grad_clip)
         lr = cosine_lr(step, max_lr=cfg.lr, warmup_steps=cfg.warmup_steps, total_steps=cfg.steps)
+        _require_finite(loss, grad_norm, step, lr, cfg.lr)
         optimizer.step(head, grads, lr)
         step += 1
         steps_timed += 1
@@ -292,7 +357,6 @@ def train_eagle1(cfg: EagleTrainConfig, *, resume: bool = True, progress: bool =
             _save_state(out_dir, head, optimizer, step, rng.bit_generator.state, log)
     bar.close()
 
-    export_dir = Path(cfg.export_dir or out_dir / "final")
     save_head(export_dir, head, head_cfg, target_dir=cfg.target, dtype=cfg.export_dtype)
     log["export_dir"] = str(export_dir)
     (out_dir / "train_log.json").write_text(json.dumps(log, indent=2))
