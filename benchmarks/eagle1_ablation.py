@@ -20,7 +20,7 @@ from minieagle.bench_methods import compare_methods, format_report
 from minieagle.checkpoint import load_checkpoint
 from minieagle.cli import DEFAULT_MODEL
 from minieagle.drafters import build_drafter
-from minieagle.eagle1 import load_head
+from minieagle.heads.eagle1 import load_head
 
 
 def main(argv=None) -> dict:

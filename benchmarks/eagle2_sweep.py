@@ -33,8 +33,8 @@ from minieagle.cli import DEFAULT_HEAD, DEFAULT_MODEL
 from minieagle.drafters import build_drafter
 from minieagle.drafters.eagle2 import DEFAULT_DEPTH, DEFAULT_TOTAL_TOKENS
 from minieagle.dynamic_tree import calibration_table
-from minieagle.eagle1 import load_head
 from minieagle.generate import emitted_per_forward, generate
+from minieagle.heads.eagle1 import load_head
 
 
 def _spread(values) -> dict:

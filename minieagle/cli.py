@@ -82,7 +82,7 @@ def _drafter_factory(args, config, params=None):
     chain_depth = DEFAULT_CHAIN_DEPTH if depth is None else depth
     tree = f"chain:{chain_depth}" if getattr(args, "tree", None) == "chain" else "default"
     if args.method in ("eagle1", "eagle2"):
-        from minieagle.eagle1 import load_head
+        from minieagle.heads.eagle1 import load_head
 
         head_dir = args.head or DEFAULT_HEAD
         dtype = params["model.embed_tokens.weight"].dtype

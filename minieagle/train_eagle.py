@@ -21,7 +21,8 @@ from tqdm.auto import tqdm
 
 from minieagle import model
 from minieagle.checkpoint import load_checkpoint, target_fingerprint
-from minieagle.eagle1 import (
+from minieagle.errors import InvalidInputError
+from minieagle.heads.eagle1 import (
     INPUTS,
     Eagle1Config,
     eagle1_loss,
@@ -29,7 +30,6 @@ from minieagle.eagle1 import (
     init_head,
     save_head,
 )
-from minieagle.errors import InvalidInputError
 from minieagle.optim import AdamW, AdamWConfig, clip_grad_norm, cosine_lr
 from minieagle.train import (
     _check_shared_fields,
@@ -371,7 +371,7 @@ def load_or_train_head(
     run before, or without, the shipped head). Returns (head, Eagle1Config)."""
     import tempfile
 
-    from minieagle.eagle1 import load_head
+    from minieagle.heads.eagle1 import load_head
 
     if (Path(head_dir) / "model.safetensors").is_file():
         return load_head(head_dir, dtype=dtype)

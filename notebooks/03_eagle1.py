@@ -22,8 +22,8 @@ from minieagle.checkpoint import load_checkpoint
 from minieagle.cli import DEFAULT_MODEL, PRETRAINED
 from minieagle.data import load_split
 from minieagle.drafters.eagle1 import Eagle1Drafter
-from minieagle.eagle1 import eagle1_metrics, head_forward
 from minieagle.generate import GenerationResult, generate
+from minieagle.heads.eagle1 import eagle1_metrics, head_forward
 from minieagle.kvcache import KVCache
 from minieagle.sampling import SamplingParams, SeededRandomness, target_distribution
 from minieagle.train_eagle import load_or_train_head
@@ -34,8 +34,9 @@ GREEDY = SamplingParams()
 target_dir, head_dir = DEFAULT_MODEL, PRETRAINED / "small-eagle1"
 params, config, tokenizer = load_checkpoint(target_dir, dtype=np.float64)
 # No shipped head (yet)? A small stand-in is trained, weaker than the real one.
-head, head_cfg = load_or_train_head(head_dir, target_dir, steps=150 if FAST else 1000,
-                                    max_train_chars=40_000 if FAST else 0)
+head, head_cfg = load_or_train_head(
+    head_dir, target_dir, steps=150 if FAST else 1000, max_train_chars=40_000 if FAST else 0
+)
 lm_head = model.lm_head_weight(params)  # [V, d], tied to the embedding in the small target
 n_head, V = sum(w.size for w in head.values()), config.vocab_size
 print(f"head: fc {head['fc.weight'].shape} + one decoder layer, {n_head:,} trainable parameters")

@@ -37,8 +37,9 @@ GREEDY = SamplingParams()
 target_dir, head_dir = DEFAULT_MODEL, PRETRAINED / "small-eagle1"
 params, config, tokenizer = load_checkpoint(target_dir, dtype=np.float64)
 # No shipped head (yet)? A small stand-in is trained, weaker than the real one.
-head, head_cfg = load_or_train_head(head_dir, target_dir, steps=150 if FAST else 1000,
-                                    max_train_chars=40_000 if FAST else 0)
+head, head_cfg = load_or_train_head(
+    head_dir, target_dir, steps=150 if FAST else 1000, max_train_chars=40_000 if FAST else 0
+)
 K, DEPTH = DEFAULT_TOP_K, DEFAULT_DEPTH  # expansion steps: drafts up to DEPTH + 1 deep
 
 

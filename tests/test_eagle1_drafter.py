@@ -27,8 +27,8 @@ from minieagle import tree as trees
 from minieagle.drafters import build_drafter
 from minieagle.drafters import head_drafter as drafter_module
 from minieagle.drafters.eagle1 import Eagle1Drafter
-from minieagle.eagle1 import Eagle1Config, head_forward, init_head, new_head_cache, save_head
 from minieagle.generate import greedy_reference
+from minieagle.heads.eagle1 import Eagle1Config, head_forward, init_head, new_head_cache, save_head
 from minieagle.sampling import SamplingParams, SeededRandomness, target_distribution
 from minieagle.static_trees import DEFAULT_TREE, chain_tree, resolve_tree
 from minieagle.testing import (

@@ -1,4 +1,4 @@
-"""The EAGLE-1 draft head (minieagle.eagle1) and its losses (minieagle.losses).
+"""The EAGLE-1 draft head (minieagle.heads.eagle1) and its losses (minieagle.losses).
 
 Gradients are checked in float64 against centred differences, one bound per tensor, with random
 upstream gradients; the cached and tree-masked forwards are checked against plain full forwards.
@@ -14,7 +14,7 @@ from gradcheck import failures, gradient_errors
 
 from minieagle import backend, losses, model
 from minieagle.config import preset
-from minieagle.eagle1 import (
+from minieagle.heads.eagle1 import (
     INPUTS,
     Eagle1Config,
     eagle1_loss,

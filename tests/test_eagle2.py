@@ -30,8 +30,8 @@ from minieagle import tree as trees
 from minieagle.drafters import build_drafter
 from minieagle.drafters import head_drafter as head_module
 from minieagle.drafters.eagle2 import Eagle2Drafter
-from minieagle.eagle1 import head_forward, save_head
 from minieagle.generate import greedy_reference
+from minieagle.heads.eagle1 import head_forward, save_head
 from minieagle.sampling import SamplingParams, SeededRandomness, target_distribution
 from minieagle.testing import (
     generation_law,

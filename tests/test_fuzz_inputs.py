@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 from minieagle import cli, model
 from minieagle.checkpoint import save_checkpoint
 from minieagle.config import preset
-from minieagle.eagle1 import Eagle1Config, init_head, save_head
 from minieagle.errors import EXIT_ERROR, EXIT_OK, MinieagleError
 from minieagle.generate import generate
+from minieagle.heads.eagle1 import Eagle1Config, init_head, save_head
 from minieagle.sampling import SamplingParams
 from minieagle.tokenizer import Tokenizer
 

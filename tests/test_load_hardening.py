@@ -27,9 +27,9 @@ from minieagle.cli import DEFAULT_HEAD, DEFAULT_MODEL
 from minieagle.config import preset
 from minieagle.drafters.draft_model import DraftModelDrafter
 from minieagle.drafters.eagle1 import Eagle1Drafter
-from minieagle.eagle1 import Eagle1Config, init_head, load_head, save_head
 from minieagle.errors import InvalidInputError, MissingFileError
 from minieagle.generate import generate, greedy_reference
+from minieagle.heads.eagle1 import Eagle1Config, init_head, load_head, save_head
 from minieagle.kvcache import KVCache
 
 NANO = preset("nano")

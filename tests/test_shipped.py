@@ -106,7 +106,7 @@ def test_greedy_speculative_equals_greedy_vanilla_on_heldout_prompts(shipped_flo
 def test_greedy_eagle_equals_greedy_vanilla_on_heldout_prompts(shipped_float64, method):
     from minieagle.cli import DEFAULT_HEAD
     from minieagle.drafters import build_drafter
-    from minieagle.eagle1 import load_head
+    from minieagle.heads.eagle1 import load_head
 
     (params, config, tokenizer), _ = shipped_float64
     head = load_head(DEFAULT_HEAD, dtype=np.float64)

@@ -19,7 +19,7 @@ from safetensors.numpy import load_file
 from minieagle import train_eagle as train_eagle_module
 from minieagle.cli import PRETRAINED, main
 from minieagle.config import preset
-from minieagle.eagle1 import load_head
+from minieagle.heads.eagle1 import load_head
 from minieagle.train import TrainConfig, train
 from minieagle.train_eagle import EagleTrainConfig, train_eagle1
 
@@ -260,7 +260,7 @@ def test_unknown_data_source_is_refused(tmp_path, target_dir):
 
 
 def test_load_or_train_head_loads_a_saved_head_and_trains_a_missing_one(tmp_path, target_dir):
-    from minieagle.eagle1 import load_head
+    from minieagle.heads.eagle1 import load_head
     from minieagle.train_eagle import load_or_train_head
 
     trained, cfg = load_or_train_head(
@@ -268,7 +268,7 @@ def test_load_or_train_head_loads_a_saved_head_and_trains_a_missing_one(tmp_path
     )
     assert not (tmp_path / "missing").exists()  # the stand-in lived in a temporary directory
     save_dir = tmp_path / "saved"
-    from minieagle.eagle1 import save_head
+    from minieagle.heads.eagle1 import save_head
 
     save_head(save_dir, trained, cfg)
     loaded, _ = load_or_train_head(save_dir, target_dir, steps=3)

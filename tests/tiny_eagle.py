@@ -11,8 +11,8 @@ import numpy as np
 
 from minieagle import model
 from minieagle.config import LlamaConfig
-from minieagle.eagle1 import Eagle1Config, init_head
 from minieagle.generate import generate
+from minieagle.heads.eagle1 import Eagle1Config, init_head
 from minieagle.sampling import SamplingParams, SeededRandomness
 
 CONFIG = LlamaConfig(

@@ -3,7 +3,7 @@
 The head reads pairs (f_t, x_{t+1}): the target's feature at position t (its last hidden state
 after the final norm) and the token that followed. Its output f̂_{t+1} is a guess of the next
 feature; the target's frozen LM head turns it into the draft distribution over x_{t+2}
-(EAGLE section 3; `minieagle.eagle1`).
+(EAGLE section 3; `minieagle.heads.eagle1`).
 
 Each cycle (`propose`):
 1. Catch-up: one head forward over the pairs the target committed since the last cycle (real
@@ -28,7 +28,7 @@ import numpy as np
 
 from minieagle.config import LlamaConfig
 from minieagle.drafters.head_drafter import HeadDrafter
-from minieagle.eagle1 import Eagle1Config
+from minieagle.heads.eagle1 import Eagle1Config
 from minieagle.sampling import Randomness, target_distribution, top_k_indices
 from minieagle.static_trees import resolve_tree
 from minieagle.tree import Tree

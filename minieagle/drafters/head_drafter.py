@@ -23,9 +23,9 @@ import numpy as np
 
 from minieagle.backend import array_module, to_device, to_host
 from minieagle.config import LlamaConfig
-from minieagle.eagle1 import Eagle1Config, head_forward, head_param_shapes, new_head_cache
 from minieagle.errors import InvalidInputError
 from minieagle.heads import eagle3
+from minieagle.heads.eagle1 import Eagle1Config, head_forward, head_param_shapes, new_head_cache
 from minieagle.sampling import SamplingParams
 
 

@@ -29,8 +29,8 @@ import numpy as np
 from minieagle import layers, losses, model
 from minieagle.backend import arange, array_module, to_host, zeros
 from minieagle.config import LlamaConfig
-from minieagle.eagle1 import _with_batch
 from minieagle.errors import InvalidInputError
+from minieagle.heads.eagle1 import _with_batch
 from minieagle.kvcache import KVCache
 
 PREFIX = "midlayer."

@@ -271,7 +271,7 @@ def _config_from_dict(d: dict, target_config: LlamaConfig | None) -> Eagle3Confi
     if not (isinstance(architectures, list) and ARCHITECTURE in architectures):
         raise InvalidInputError(
             f"architectures={architectures!r} is not an EAGLE-3 draft head; expected "
-            f'["{ARCHITECTURE}"] (an EAGLE-1 head loads with minieagle.eagle1.load_head)'
+            f'["{ARCHITECTURE}"] (an EAGLE-1 head loads with minieagle.heads.eagle1.load_head)'
         )
     if d.get("minieagle_head", "eagle3") != "eagle3":
         raise InvalidInputError(
