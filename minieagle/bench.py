@@ -20,6 +20,7 @@ MFU = achieved FLOP/s / the measured float32 matmul peak of this machine (both r
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -30,7 +31,7 @@ import numpy as np
 
 from minieagle import layers, model
 from minieagle.config import LlamaConfig
-from minieagle.errors import InvalidInputError
+from minieagle.errors import InvalidInputError, MissingFileError
 from minieagle.generate import generate
 from minieagle.kvcache import KVCache
 from minieagle.optim import AdamW, clip_grad_norm
@@ -129,6 +130,71 @@ def heldout_prompts(tokenizer, per_corpus: int = 2, length: int = 32) -> list[tu
         for document in documents[:per_corpus]:
             ids = tokenizer.encode(document.text[: 8 * length], add_bos=True)[:length]
             prompts.append((corpus, ids))
+    return prompts
+
+
+OOD_KINDS = ("ood-prose", "ood-code")
+PROMPT_SETS = ("heldout", "ood", "both")
+_OOD_FILE = Path(__file__).resolve().parent / "data" / "ood_prompts.jsonl"
+
+
+@functools.cache
+def _ood_records() -> tuple[dict, ...]:
+    """The records of `data/ood_prompts.jsonl`: {"kind", "package", "version", "source",
+    "license", "text"}, in file order (PROVENANCE.md, data/build_ood_prompts.py)."""
+    if not _OOD_FILE.is_file():
+        raise MissingFileError(
+            f"{_OOD_FILE} is missing; reinstall minieagle or rebuild it with "
+            "`python -m minieagle.data.build_ood_prompts`"
+        )
+    with _OOD_FILE.open(encoding="utf-8") as lines:
+        return tuple(json.loads(line) for line in lines if line.strip())
+
+
+def ood_prompts(tokenizer, per_kind: int = 2, length: int = 32) -> list[tuple[str, list]]:
+    """(kind, ids), kind "ood-prose" or "ood-code": the first `length` tokens (<bos> included) of
+    the first `per_kind` passages of each kind in `data/ood_prompts.jsonl`, prose first.
+
+    The passages (24 of each kind) come from numpy, pytest, click and networkx docstrings and
+    source, share no 59-character run with either training corpus, and encode to at least 64
+    tokens; the file lists the packages in turn, so a small `per_kind` still mixes them. Unlike
+    `heldout_prompts` there is no random fallback: a model without a tokenizer cannot read them."""
+    if tokenizer is None:
+        raise InvalidInputError(
+            "the out-of-domain prompts are text, and this model has no tokenizer; "
+            "use the 'heldout' prompt set (random ids) or a model with a tokenizer.json"
+        )
+    records = _ood_records()
+    prompts = []
+    for kind in OOD_KINDS:
+        texts = [r["text"] for r in records if f"ood-{r['kind']}" == kind]
+        if not 1 <= per_kind <= len(texts):
+            raise InvalidInputError(
+                f"per_kind={per_kind} is outside [1, {len(texts)}]: {_OOD_FILE.name} holds "
+                f"{len(texts)} {kind} prompts; pass a count such as 2"
+            )
+        for text in texts[:per_kind]:
+            ids = tokenizer.encode(text, add_bos=True)[:length]
+            if len(ids) < length:
+                raise InvalidInputError(
+                    f"length={length} exceeds the {len(ids)} tokens (<bos> included) of an "
+                    f"{kind} prompt; pass a length of at most {len(ids)}, such as 32"
+                )
+            prompts.append((kind, ids))
+    return prompts
+
+
+def prompt_set(tokenizer, name: str, per_kind: int = 2, length: int = 32) -> list[tuple[str, list]]:
+    """(kind, ids) of the prompt set `name`: "heldout" (`heldout_prompts`, kinds "prose" and
+    "code", `per_kind` per corpus), "ood" (`ood_prompts`, kinds "ood-prose" and "ood-code") or
+    "both" (the held-out prompts, then the out-of-domain ones). Every prompt has `length` ids."""
+    if name not in PROMPT_SETS:
+        raise InvalidInputError(f"prompt set {name!r} is unknown; pass one of {PROMPT_SETS}")
+    prompts = []
+    if name in ("heldout", "both"):
+        prompts += heldout_prompts(tokenizer, per_corpus=per_kind, length=length)
+    if name in ("ood", "both"):
+        prompts += ood_prompts(tokenizer, per_kind=per_kind, length=length)
     return prompts
 
 
