@@ -15,6 +15,7 @@ PRETRAINED = Path(__file__).parent / "pretrained"
 DEFAULT_MODEL = PRETRAINED / "small"
 DEFAULT_DRAFT_MODEL = PRETRAINED / "small-draft"
 DEFAULT_HEAD = PRETRAINED / "small-eagle1"
+DEFAULT_EAGLE3_HEAD = PRETRAINED / "small-eagle3"
 
 DEMO_PROMPTS = (
     ("prose", "The garbage collector"),
@@ -45,11 +46,11 @@ def _sampling(args):
 _METHOD_FLAGS = {
     "gamma": ("--gamma", ("draft-model",)),
     "draft_model": ("--draft-model", ("draft-model",)),
-    "head": ("--head", ("eagle1", "eagle2")),
+    "head": ("--head", ("eagle1", "eagle2", "eagle3")),
     "tree": ("--tree", ("eagle1",)),
-    "depth": ("--depth", ("eagle1", "eagle2")),
-    "tree_top_k": ("--tree-top-k", ("eagle2",)),
-    "total_tokens": ("--total-tokens", ("eagle2",)),
+    "depth": ("--depth", ("eagle1", "eagle2", "eagle3")),
+    "tree_top_k": ("--tree-top-k", ("eagle2", "eagle3")),
+    "total_tokens": ("--total-tokens", ("eagle2", "eagle3")),
 }
 DEFAULT_GAMMA = 4
 DEFAULT_CHAIN_DEPTH = 5
@@ -70,6 +71,15 @@ def check_method_flags(args) -> None:
         )
 
 
+def _head_dir(args) -> Path:
+    """The head directory for args.method: --head (generate), or in bench and demo, which run
+    every method, --head for the EAGLE-1 head and --eagle3-head for the EAGLE-3 head."""
+    if args.method == "eagle3":
+        chosen = args.eagle3_head if hasattr(args, "eagle3_head") else args.head
+        return Path(chosen or DEFAULT_EAGLE3_HEAD)
+    return Path(args.head or DEFAULT_HEAD)
+
+
 def _drafter_factory(args, config, params=None):
     """A function returning a fresh drafter for args.method (None for vanilla); params are the
     target's (EAGLE heads read its embedding and LM head). Validates everything first, and
@@ -81,12 +91,17 @@ def _drafter_factory(args, config, params=None):
     depth = getattr(args, "depth", None)
     chain_depth = DEFAULT_CHAIN_DEPTH if depth is None else depth
     tree = f"chain:{chain_depth}" if getattr(args, "tree", None) == "chain" else "default"
+    dtype = params["model.embed_tokens.weight"].dtype
     if args.method in ("eagle1", "eagle2"):
         from minieagle.heads.eagle1 import load_head
 
-        head_dir = args.head or DEFAULT_HEAD
-        dtype = params["model.embed_tokens.weight"].dtype
-        head = load_head(head_dir, target_dir=args.model, dtype=dtype)
+        head = load_head(_head_dir(args), target_dir=args.model, dtype=dtype)
+    if args.method == "eagle3":
+        from minieagle.heads.eagle3_io import load_eagle3_head
+
+        head = load_eagle3_head(
+            _head_dir(args), dtype=dtype, target_config=config, target_dir=args.model
+        )
     if args.method == "draft-model":
         draft_dir = args.draft_model or DEFAULT_DRAFT_MODEL
         draft_params, draft_config, _ = load_checkpoint(draft_dir, with_tokenizer=False)
@@ -101,7 +116,7 @@ def _drafter_factory(args, config, params=None):
     gamma = DEFAULT_GAMMA if getattr(args, "gamma", None) is None else args.gamma
     target = (params, config)
     kwargs = dict(draft_model=draft_model, gamma=gamma, target=target, head=head, tree=tree)
-    if method == "eagle2":
+    if method in ("eagle2", "eagle3"):
         kwargs.update(depth=depth, top_k=args.tree_top_k, total_tokens=args.total_tokens)
     build_drafter(method, **kwargs)  # validate now
     return lambda: build_drafter(method, **kwargs)
@@ -145,14 +160,13 @@ def cmd_demo(args) -> int:
         f"{config.hidden_size}, {n_params / 1e6:.2f}M parameters, vocab {config.vocab_size})\n"
     )
     methods = {"vanilla": lambda: None}
-    for label, method, directory in (
-        ("draft-model", "draft-model", args.draft_model or DEFAULT_DRAFT_MODEL),
-        ("eagle1", "eagle1", args.head or DEFAULT_HEAD),
-        ("eagle2", "eagle2", args.head or DEFAULT_HEAD),
-    ):
+    for method in ("draft-model", "eagle1", "eagle2", "eagle3"):
+        args.method, args.tree = method, "default"
+        directory = args.draft_model or DEFAULT_DRAFT_MODEL
+        if method != "draft-model":
+            directory = _head_dir(args)
         if (Path(directory) / "model.safetensors").is_file():
-            args.method, args.tree = method, "default"
-            methods[label] = _drafter_factory(args, config, params)
+            methods[method] = _drafter_factory(args, config, params)
     sampled = SamplingParams(temperature=0.7, top_p=0.9)
     for kind, prompt in DEMO_PROMPTS:
         ids = tokenizer.encode(prompt, add_bos=True)
@@ -189,8 +203,8 @@ def cmd_demo(args) -> int:
 
 
 def cmd_train(args) -> int:
-    if args.what == "eagle1":
-        return _train_eagle1(args)
+    if args.what in ("eagle1", "eagle3"):
+        return _train_eagle_head(args)
     from minieagle.train import TrainConfig, train
 
     fields = {
@@ -220,23 +234,41 @@ def cmd_train(args) -> int:
     return 0
 
 
-def _train_eagle1(args) -> int:
-    from minieagle.train_eagle import EagleTrainConfig, train_eagle1
+_HEAD_FLAGS = {  # flag -> the head it shapes
+    "inputs": "eagle1",
+    "noise": "eagle1",
+    "ttt_steps": "eagle3",
+    "draft_vocab_size": "eagle3",
+    "aux_layers": "eagle3",
+}
+
+
+def _train_eagle_head(args) -> int:
+    from minieagle.train_eagle import EagleTrainConfig, train_eagle_head
 
     for flag in ("preset", "tokenizer"):
         if getattr(args, flag) is not None:
             raise InvalidInputError(
-                f"--{flag} does not apply to eagle1: the head takes the shape and tokenizer of "
-                "--target"
+                f"--{flag} does not apply to {args.what}: the head takes the shape and tokenizer "
+                "of --target"
             )
+    for name, head in _HEAD_FLAGS.items():
+        if getattr(args, name) is not None and args.what != head:
+            flag = "--" + name.replace("_", "-")
+            raise InvalidInputError(f"{flag} applies to `train {head}`, not `train {args.what}`")
     names = ("target", "inputs", "noise", "out_dir", "steps", "batch_size", "seq_len", "lr")
     names += ("warmup_steps", "eval_every", "eval_batches", "save_every", "seed")
     names += ("export_dir", "export_dtype", "max_train_chars", "data", "generated_tokens")
+    names += ("ttt_steps", "draft_vocab_size", "aux_layers")
     fields = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
-    cfg = EagleTrainConfig(**fields)
-    log = train_eagle1(cfg, resume=not args.no_resume, progress=not args.quiet)
+    if args.what == "eagle3":
+        fields.setdefault("out_dir", "runs/eagle3")
+    cfg = EagleTrainConfig(head=args.what, **fields)
+    log = train_eagle_head(cfg, resume=not args.no_resume, progress=not args.quiet)
     print(json.dumps(log["evals"][-1] if log["evals"] else {}, indent=2))
-    print(f"EAGLE-1 head written to {log['export_dir']}")
+    print(
+        f"{'EAGLE-1' if args.what == 'eagle1' else 'EAGLE-3'} head written to {log['export_dir']}"
+    )
     return 0
 
 
@@ -265,7 +297,7 @@ def cmd_bench(args) -> int:
 
         run_bench(args)
     if args.suite in ("methods", "all"):
-        from minieagle.bench import heldout_prompts
+        from minieagle.bench import prompt_set
         from minieagle.bench_methods import compare_methods, format_report
 
         params, config, tokenizer = _load(args.model)
@@ -276,15 +308,15 @@ def cmd_bench(args) -> int:
             ("eagle1-tree", "eagle1", "default"),
             ("eagle1-chain", "eagle1", "chain"),
             ("eagle2", "eagle2", "default"),
+            ("eagle3", "eagle3", "default"),
         ]
         for label, method, tree in variants:
-            head_dir = args.head or DEFAULT_HEAD
-            if method in ("eagle1", "eagle2") and not Path(head_dir).is_dir():
-                print(f"[bench: no EAGLE-1 head at {head_dir}; {label} skipped]", file=sys.stderr)
-                continue
             args.method, args.tree = method, tree
+            if method.startswith("eagle") and not _head_dir(args).is_dir():
+                print(f"[bench: no head at {_head_dir(args)}; {label} skipped]", file=sys.stderr)
+                continue
             methods[label] = _drafter_factory(args, config, params)
-        prompts = heldout_prompts(tokenizer, per_corpus=args.prompts_per_corpus)
+        prompts = prompt_set(tokenizer, args.prompts, per_kind=args.prompts_per_corpus)
         results = compare_methods(
             params, config, methods, prompts, new_tokens=args.new_tokens, repeats=args.repeats
         )
@@ -357,7 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--method",
                 default="vanilla",
-                choices=["vanilla", "draft-model", "eagle1", "eagle2"],
+                choices=["vanilla", "draft-model", "eagle1", "eagle2", "eagle3"],
                 help="decoding method (default: vanilla)",
             )
             p.add_argument(
@@ -375,29 +407,42 @@ def build_parser() -> argparse.ArgumentParser:
             type=_integer(1, "a draft length such as 4"),
             help=f"draft-model: draft tokens per cycle (default {DEFAULT_GAMMA})",
         )
-        p.add_argument(
-            "--head",
-            help=f"EAGLE-1 head directory for eagle1 and eagle2, same weights (default: "
-            f"{DEFAULT_HEAD.name})",
-        )
+        if with_method:
+            p.add_argument(
+                "--head",
+                help=f"the head of --method: an EAGLE-1 head for eagle1 and eagle2 (same "
+                f"weights; default {DEFAULT_HEAD.name}), an EAGLE-3 head for eagle3 (default "
+                f"{DEFAULT_EAGLE3_HEAD.name})",
+            )
+        else:
+            p.add_argument(
+                "--head", help=f"EAGLE-1 head for eagle1 and eagle2 (default {DEFAULT_HEAD.name})"
+            )
+            p.add_argument(
+                "--eagle3-head",
+                dest="eagle3_head",
+                help=f"EAGLE-3 head for eagle3 (default {DEFAULT_EAGLE3_HEAD.name})",
+            )
         p.add_argument(
             "--depth",
             type=_integer(1, "a depth such as 5"),
             help=f"eagle1 --tree chain: drafts in the chain (default {DEFAULT_CHAIN_DEPTH}); "
-            "eagle2: expansion steps, so the tree is up to depth + 1 drafts deep (default 5)",
+            "eagle2/eagle3: expansion steps, so the tree is up to depth + 1 drafts deep "
+            "(default 5 for eagle2, 7 for eagle3)",
         )
         p.add_argument(
             "--tree-top-k",
             dest="tree_top_k",
             type=_integer(1, "a branching such as 8"),
-            help="eagle2: candidates expanded per level and children per candidate (default 8; "
+            help="eagle2/eagle3: candidates expanded per level and children per candidate "
+            "(default 8; "
             "at most --total-tokens - 1; --top-k is the sampling filter)",
         )
         p.add_argument(
             "--total-tokens",
             dest="total_tokens",
             type=_integer(2, "a tree size such as 26"),
-            help="eagle2: tree nodes verified per cycle, the root included (default 26)",
+            help="eagle2/eagle3: tree nodes verified per cycle, the root included (default 26)",
         )
 
     p = sub.add_parser("generate", help="continue a prompt with the target model")
@@ -415,12 +460,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a model (see docs/training.md)")
     p.add_argument(
         "what",
-        choices=["target", "draft-model", "eagle1"],
+        choices=["target", "draft-model", "eagle1", "eagle3"],
         help="a language model: the target, or the small draft model of classic "
-        "speculative decoding (same training, another preset); or eagle1: an EAGLE-1 draft "
-        "head for the frozen --target",
+        "speculative decoding (same training, another preset); or eagle1 / eagle3: an EAGLE "
+        "draft head for the frozen --target",
     )
-    p.add_argument("--target", help="eagle1: target checkpoint (default: the shipped small)")
+    p.add_argument("--target", help="eagle1/eagle3: target checkpoint (default: the shipped small)")
     p.add_argument(
         "--inputs",
         choices=["token+feature", "token", "feature"],
@@ -428,14 +473,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--data",
-        choices=["corpus", "generated"],
-        help="eagle1: train on the corpora (default) or on continuations the target writes",
+        choices=["corpus", "generated", "corpus+generated"],
+        help="eagle1/eagle3: train on the corpora (default), on continuations the target "
+        "writes, or on both",
     )
     p.add_argument(
         "--generated-tokens",
         dest="generated_tokens",
         type=_integer(1, "a count such as 200000"),
-        help="eagle1 --data generated: how many tokens the target writes first (200000)",
+        help="--data generated: how many tokens the target writes first (200000)",
+    )
+    p.add_argument(
+        "--ttt-steps",
+        dest="ttt_steps",
+        type=_integer(1, "a step count such as 7"),
+        help="eagle3: unrolled training-time-test steps (7)",
+    )
+    p.add_argument(
+        "--draft-vocab-size",
+        dest="draft_vocab_size",
+        type=_integer(0, "a size such as 1024, or 0 to cover 99%% of the training tokens"),
+        help="eagle3: draft vocabulary size (0 = the fewest frequent tokens covering 99%% of "
+        "the training tokens; the target's vocabulary size = no reduction)",
+    )
+    p.add_argument(
+        "--aux-layers",
+        dest="aux_layers",
+        type=_integer(0, "a layer index"),
+        nargs=3,
+        metavar=("LOW", "MID", "HIGH"),
+        help="eagle3: the target layers whose inputs are fused (default 2, L//2, L-3)",
     )
     p.add_argument(
         "--noise",
@@ -477,6 +544,13 @@ def build_parser() -> argparse.ArgumentParser:
         dest="prompts_per_corpus",
         type=_integer(1, "a count such as 3"),
         default=3,
+    )
+    p.add_argument(
+        "--prompts",
+        choices=["heldout", "ood", "both"],
+        default="heldout",
+        help="held-out windows of the corpora, out-of-domain prompts (other packages' docs "
+        "and code), or both",
     )
     p.add_argument("--repeats", type=_integer(1, "a count such as 5"), default=5)
     p.add_argument("--new-tokens", type=_integer(1, "a count such as 64"), default=64)

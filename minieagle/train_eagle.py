@@ -1,11 +1,18 @@
-"""Training EAGLE-1's draft head against a frozen target: windows of the bundled corpora, the target
-run on the fly for its features, the loop, validation (loss, top-1 agreement, acceptance),
-checkpoints and resume. Read top to bottom, as `train.py`: data -> batches -> step -> evaluate ->
-save.
+"""Training an EAGLE draft head (EAGLE-1 or EAGLE-3) against a frozen target: windows of the
+bundled corpora (and text the target writes itself), the target run on the fly, the loop,
+validation, checkpoints and resume. Read top to bottom, as `train.py`: data -> batches -> step ->
+evaluate -> save.
 
-Each window of L + 1 tokens gives L training positions (paper §3.2): the head reads the shifted
-token x_{t+1} and the target's feature f_t and is trained to predict f_{t+1}, and through the LM
-head the target's distribution at t + 1.
+The loop is the same for both heads; what differs is a *recipe* (`Eagle1Recipe`,
+`Eagle3Recipe`): what the target must provide for a window, the loss, the metrics and the export.
+- EAGLE-1 (paper §3.2): each window of L + 1 tokens gives L positions; the head reads the shifted
+  token x_{t+1} and the target's feature f_t and is trained to predict f_{t+1} (SmoothL1) and,
+  through the target's LM head, the target's distribution at t + 1 (soft cross-entropy).
+- EAGLE-3 (paper §3): the head reads the fused inputs of three target layers and x_{t+1}, and is
+  trained by training-time test: `ttt_steps` unrolled steps on its own outputs, soft
+  cross-entropy against the target's distribution over a reduced draft vocabulary, no feature
+  loss (`minieagle.heads.eagle3.ttt_loss`). The draft vocabulary is the most frequent training
+  tokens (`draft_vocab_size`, or the fewest covering `draft_vocab_coverage` of them).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from tqdm.auto import tqdm
 from minieagle import model
 from minieagle.checkpoint import load_checkpoint, target_fingerprint
 from minieagle.errors import InvalidInputError
+from minieagle.heads import eagle3
 from minieagle.heads.eagle1 import (
     INPUTS,
     Eagle1Config,
@@ -30,6 +38,7 @@ from minieagle.heads.eagle1 import (
     init_head,
     save_head,
 )
+from minieagle.heads.eagle3_io import save_eagle3_head
 from minieagle.optim import AdamW, AdamWConfig, clip_grad_norm, cosine_lr
 from minieagle.train import (
     _check_shared_fields,
@@ -52,7 +61,8 @@ from minieagle.train import (
 
 DEFAULT_TARGET = str(Path(__file__).parent / "pretrained" / "small")
 RUN_FILE = "eagle_train_config.json"
-DATA_SOURCES = ("corpus", "generated")
+DATA_SOURCES = ("corpus", "generated", "corpus+generated")
+HEADS = ("eagle1", "eagle3")
 
 
 @dataclass
@@ -61,8 +71,14 @@ class EagleTrainConfig:
 
     target: str = DEFAULT_TARGET  # the target's checkpoint directory (with tokenizer.json)
     out_dir: str = "runs/eagle1"
-    inputs: str = "token+feature"  # or the ablations "token", "feature"
-    fc_bias: bool = True
+    head: str = "eagle1"  # or "eagle3"
+    inputs: str = "token+feature"  # eagle1: or the ablations "token", "feature"
+    fc_bias: bool = True  # eagle1
+    ttt_steps: int = 7  # eagle3: unrolled training-time-test steps (the official code's 7)
+    step_weight: float = 0.8  # eagle3: loss weight of step s is step_weight ** s
+    aux_layers: tuple[int, ...] = ()  # eagle3: fused target layers; () = (2, L // 2, L - 3)
+    draft_vocab_size: int = 0  # eagle3: 0 = the fewest tokens covering draft_vocab_coverage
+    draft_vocab_coverage: float = 0.99  # eagle3: share of training tokens the vocabulary covers
     corpora: tuple[str, ...] = ("prose", "code")
     steps: int = 2500
     batch_size: int = 8
@@ -87,7 +103,22 @@ class EagleTrainConfig:
 
     def __post_init__(self) -> None:
         self.corpora = tuple(self.corpora)
+        self.aux_layers = tuple(self.aux_layers)
         _check_shared_fields(self)
+        if self.head not in HEADS:
+            raise InvalidInputError(f"head={self.head!r} is not one of {HEADS}; pass 'eagle3'")
+        if self.ttt_steps < 1:
+            raise InvalidInputError(f"ttt_steps={self.ttt_steps} must be >= 1, e.g. 7")
+        if not (math.isfinite(self.step_weight) and 0 < self.step_weight <= 1):
+            raise InvalidInputError(f"step_weight={self.step_weight} must be in (0, 1], e.g. 0.8")
+        if self.draft_vocab_size < 0:
+            raise InvalidInputError(
+                f"draft_vocab_size={self.draft_vocab_size} must be >= 0 (0 = by coverage)"
+            )
+        if not 0 < self.draft_vocab_coverage <= 1:
+            raise InvalidInputError(
+                f"draft_vocab_coverage={self.draft_vocab_coverage} must be in (0, 1], e.g. 0.99"
+            )
         if self.inputs not in INPUTS:
             raise InvalidInputError(f"inputs={self.inputs!r} is not one of {INPUTS}")
         for name, example in (("noise", "0.1"), ("p_weight", "0.1")):
@@ -98,7 +129,7 @@ class EagleTrainConfig:
                 )
         if self.data not in DATA_SOURCES:
             raise InvalidInputError(f"data={self.data!r} is not one of {DATA_SOURCES}")
-        if self.data == "generated" and self.generated_tokens < 2 * (self.seq_len + 1):
+        if self.data != "corpus" and self.generated_tokens < 2 * (self.seq_len + 1):
             raise InvalidInputError(
                 f"generated_tokens={self.generated_tokens} is too few for windows of "
                 f"{self.seq_len + 1}; pass at least {2 * (self.seq_len + 1)}"
@@ -183,17 +214,150 @@ def _validation_windows(stream: np.ndarray, seq_len: int, count: int) -> np.ndar
     return np.stack([stream[s : s + seq_len + 1] for s in starts]).astype(np.int64)
 
 
-def evaluate(head, cfg: Eagle1Config, target_params, pairs: list, p_weight: float) -> dict:
-    """Mean of `eagle1_metrics` (loss, smooth_l1, soft_ce, top1, accept) over batches of pairs."""
-    records = []
-    for tokens, features, next_features in pairs:
-        mask = np.ones(tokens.shape, dtype=bool)  # plain text: every position is a target
-        records.append(
-            eagle1_metrics(
-                head, cfg, target_params, tokens, features, next_features, mask, p_weight=p_weight
-            )
-        )
+def _mean_records(records: list[dict]) -> dict:
     return {key: float(np.mean([r[key] for r in records])) for key in records[0]}
+
+
+class Eagle1Recipe:
+    """What training an EAGLE-1 head needs from the loop: the target's final-norm features of a
+    window, SmoothL1 + p_weight * soft-CE (with input-feature noise), and its metrics."""
+
+    name = "eagle1"
+
+    def __init__(self, cfg: EagleTrainConfig, target_params, target_config, train_streams):
+        self.cfg, self.target_params, self.target_config = cfg, target_params, target_config
+        self.head_cfg = Eagle1Config.from_target(
+            target_config, inputs=cfg.inputs, fc_bias=cfg.fc_bias
+        )
+
+    identity_fixes = {
+        "inputs": "pass --inputs {recorded} to resume it",
+        "fc_bias": "pass fc_bias={recorded} to resume it",
+    }
+
+    def init_head(self, seed: int) -> dict:
+        return init_head(self.head_cfg, seed=seed)
+
+    def target_batch(self, windows: np.ndarray):
+        """What the head trains on for windows int [B, L + 1]: `target_pairs`."""
+        return target_pairs(self.target_params, self.target_config, windows)
+
+    def loss(self, head, batch, rng) -> tuple[float, dict, dict]:
+        """(loss, {name: float} for the progress bar, grads)."""
+        tokens, features, next_features = batch
+        mask = np.ones(tokens.shape, dtype=bool)  # plain text: every position is a target
+        loss, parts, grads = eagle1_loss(
+            head, self.head_cfg, self.target_params, tokens, features, next_features, mask,
+            p_weight=self.cfg.p_weight, noise=self.cfg.noise, rng=rng,
+        )  # fmt: skip
+        return loss, {"top1": parts["top1"]}, grads
+
+    def metrics(self, head, batches: list) -> dict:
+        """Mean of `eagle1_metrics` (loss, smooth_l1, soft_ce, top1, accept) over batches."""
+        records = []
+        for tokens, features, next_features in batches:
+            mask = np.ones(tokens.shape, dtype=bool)
+            records.append(
+                eagle1_metrics(
+                    head,
+                    self.head_cfg,
+                    self.target_params,
+                    tokens,
+                    features,
+                    next_features,
+                    mask,
+                    p_weight=self.cfg.p_weight,
+                )  # fmt: skip
+            )
+        return _mean_records(records)
+
+    def export(self, directory: Path, head: dict) -> None:
+        save_head(
+            directory, head, self.head_cfg, target_dir=self.cfg.target, dtype=self.cfg.export_dtype
+        )
+
+
+def draft_vocab_size_for(counts: np.ndarray, coverage: float) -> int:
+    """The fewest most-frequent tokens whose counts cover `coverage` of all training tokens."""
+    ranked = np.sort(np.asarray(counts, dtype=np.float64))[::-1]  # most frequent first
+    covered = np.cumsum(ranked) / max(ranked.sum(), 1.0)
+    return int(min(np.searchsorted(covered, coverage - 1e-12) + 1, len(ranked)))
+
+
+class Eagle3Recipe:
+    """What training an EAGLE-3 head needs from the loop: the target's fused features and
+    logits of a window, the training-time-test loss, per-step metrics. The draft vocabulary
+    comes from the training streams' token counts, so a resumed run rebuilds the same one."""
+
+    name = "eagle3"
+    identity_fixes = {
+        "aux_layers": "pass the same aux layers ({recorded}) to resume it",
+        "draft_vocab_size": "pass --draft-vocab-size {recorded} to resume it",
+        "draft_vocab_coverage": "pass the same coverage ({recorded}) to resume it",
+    }
+
+    def __init__(self, cfg: EagleTrainConfig, target_params, target_config, train_streams):
+        self.cfg, self.target_params, self.target_config = cfg, target_params, target_config
+        V = target_config.vocab_size
+        counts = np.zeros(V, dtype=np.int64)
+        for stream in train_streams:
+            counts += np.bincount(stream, minlength=V)[:V]
+        size = cfg.draft_vocab_size or draft_vocab_size_for(counts, cfg.draft_vocab_coverage)
+        if size > V:
+            raise InvalidInputError(
+                f"draft_vocab_size={size} is larger than the target's vocabulary ({V}); pass "
+                f"at most {V} (or 0 to size it by coverage)"
+            )
+        self.vocab = eagle3.draft_vocab_from_counts(counts, size)
+        self.head_cfg = eagle3.Eagle3Config.from_target(
+            target_config, aux_layers=cfg.aux_layers or None, draft_vocab_size=size
+        )
+
+    def init_head(self, seed: int) -> dict:
+        return eagle3.init_head(self.head_cfg, seed=seed)
+
+    def target_batch(self, windows: np.ndarray):
+        """(windows [B, L + 1], fused features [B, L, 3d] at positions 0 .. L-1, target logits
+        [B, L, V] at positions 1 .. L): the inputs of `eagle3.ttt_loss`."""
+        aux = self.head_cfg.aux_layers
+        logits, hidden, _ = model.forward(
+            self.target_params, self.target_config, windows, output_hidden=aux
+        )
+        fused = eagle3.fuse_features(hidden, aux)[:, :-1]  # [B, L, 3d]
+        return windows, fused, logits[:, 1:]
+
+    def _ttt(self, head, batch):
+        windows, fused, target_logits = batch
+        mask = np.ones(fused.shape[:2], dtype=bool)  # plain text: every position is a target
+        return eagle3.ttt_loss(
+            head, self.head_cfg, self.target_params, self.vocab, windows, fused, target_logits,
+            mask, steps=self.cfg.ttt_steps, step_weight=self.cfg.step_weight,
+        )  # fmt: skip
+
+    def loss(self, head, batch, rng) -> tuple[float, dict, dict]:
+        loss, parts, grads = self._ttt(head, batch)
+        return loss, {"top1": parts["top1"][0], "top1_last": parts["top1"][-1]}, grads
+
+    def metrics(self, head, batches: list) -> dict:
+        """loss, and per TTT step s: top1_s (greedy acceptance of a draft s steps ahead along
+        the teacher-forced chain) and accept_s (sum_v min(p, q))."""
+        records = []
+        for batch in batches:
+            loss, parts, _ = self._ttt(head, batch)
+            record = {"loss": loss}
+            for s, (top1, accept) in enumerate(zip(parts["top1"], parts["accept"], strict=True)):
+                record[f"top1_{s}"], record[f"accept_{s}"] = top1, accept
+            records.append(record)
+        return _mean_records(records)
+
+    def export(self, directory: Path, head: dict) -> None:
+        save_eagle3_head(
+            directory, head, self.head_cfg, self.vocab, target_dir=self.cfg.target,
+            dtype=self.cfg.export_dtype,
+        )  # fmt: skip
+
+
+RECIPES = {"eagle1": Eagle1Recipe, "eagle3": Eagle3Recipe}
 
 
 # ---------------------------------------------------------------------------- the loop
@@ -221,27 +385,30 @@ def _run_record(cfg: EagleTrainConfig) -> dict:
     """What out_dir/eagle_train_config.json records of a run: its settings, with the target's
     resolved path and the fingerprint of its weights."""
     target = Path(cfg.target).resolve()
-    return {**asdict(cfg), "target": str(target), "target_fingerprint": target_fingerprint(target)}
+    fingerprint = target_fingerprint(target)
+    record = {**asdict(cfg), "target": str(target), "target_fingerprint": fingerprint}
+    return json.loads(json.dumps(record))  # tuples as lists, as a resumed run reads them back
 
 
-def _refuse_other_head(out_dir: Path, record: dict) -> None:
+def _refuse_other_head(out_dir: Path, record: dict, recipe) -> None:
     """Refuse to resume the run in `out_dir` if its head differs from the one `record`
-    describes: other target weights, inputs or bias."""
+    describes: other target weights, another kind of head, or other settings that shape it
+    (`recipe.identity_fixes`)."""
     recorded = _read_run_record(out_dir / RUN_FILE)
     _refuse_other_target(out_dir, recorded, Path(record["target"]), record["target_fingerprint"])
-    fixes = {
-        "inputs": "pass --inputs {recorded} to resume it",
-        "fc_bias": "pass fc_bias={recorded} to resume it",
-    }
+    fixes = {"head": "train the {recorded} head there, or pass another --out-dir"}
+    fixes.update(recipe.identity_fixes)
+    recorded.setdefault("head", "eagle1")  # run files from before EAGLE-3 trained EAGLE-1 heads
     identity = {key: record[key] for key in fixes}
     _refuse_other_run(out_dir, recorded, identity, fixes)
 
 
-def train_eagle1(cfg: EagleTrainConfig, *, resume: bool = True, progress: bool = True) -> dict:
-    """Train an EAGLE-1 head for the target in `cfg.target`; returns the final log.
+def train_eagle_head(cfg: EagleTrainConfig, *, resume: bool = True, progress: bool = True) -> dict:
+    """Train the head `cfg.head` ("eagle1" or "eagle3") for the target in `cfg.target`; returns
+    the final log.
 
     The run directory is checked writable and locked against a second trainer for the whole
-    run; a resume continues the saved run if its target weights, inputs and bias are the same."""
+    run; a resume continues the saved run if its target weights and head settings are the same."""
     out_dir = Path(cfg.out_dir)
     export_dir = Path(cfg.export_dir or out_dir / "final")
     _prepare_run_dirs(out_dir, export_dir)
@@ -249,8 +416,15 @@ def train_eagle1(cfg: EagleTrainConfig, *, resume: bool = True, progress: bool =
         return _train_head(cfg, out_dir, export_dir, resume, progress)
 
 
+def train_eagle1(cfg: EagleTrainConfig, *, resume: bool = True, progress: bool = True) -> dict:
+    """`train_eagle_head` for an EAGLE-1 head (cfg.head must be "eagle1")."""
+    if cfg.head != "eagle1":
+        raise InvalidInputError(f"train_eagle1 got head={cfg.head!r}; call train_eagle_head")
+    return train_eagle_head(cfg, resume=resume, progress=progress)
+
+
 def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, progress) -> dict:
-    """The body of `train_eagle1`, run while holding the run directory's lock."""
+    """The body of `train_eagle_head`, run while holding the run directory's lock."""
     target_params, target_config, tokenizer = load_checkpoint(cfg.target, dtype=np.float32)
     if tokenizer is None:
         raise InvalidInputError(
@@ -264,9 +438,6 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
     _discard_unfinished_save(out_dir)
     state_dir = _newest_state(out_dir) if resume else None
     record = _run_record(cfg)
-    if state_dir is not None:
-        _refuse_other_head(out_dir, record)
-    head_cfg = Eagle1Config.from_target(target_config, inputs=cfg.inputs, fc_bias=cfg.fc_bias)
 
     train_streams = [
         token_stream(tokenizer, c, "train", out_dir, cfg.max_train_chars)[0] for c in cfg.corpora
@@ -277,26 +448,27 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
     for corpus, stream in zip(cfg.corpora, train_streams, strict=True):
         _require_stream_length(stream, f"{corpus} train", cfg.seq_len)
         _require_stream_length(val_streams[corpus], f"{corpus} val", cfg.seq_len)
-    if cfg.data == "generated":  # validation stays on the corpora: what the drafter will meet
+    if cfg.data != "corpus":  # validation stays on the corpora: what the drafter will meet
         name = f"generated-{cfg.generated_tokens}-T{cfg.generate_temperature}-s{cfg.seed}.npy"
-        train_streams = [
-            generated_stream(
-                target_params, target_config, train_streams, cfg, out_dir / name, progress
-            )
-        ]
-        _require_stream_length(train_streams[0], "generated", cfg.seq_len)
-    val_pairs = {}  # the target runs once over the fixed validation windows
+        generated = generated_stream(
+            target_params, target_config, train_streams, cfg, out_dir / name, progress
+        )
+        _require_stream_length(generated, "generated", cfg.seq_len)
+        train_streams = [generated] if cfg.data == "generated" else [*train_streams, generated]
+    recipe = RECIPES[cfg.head](cfg, target_params, target_config, train_streams)
+    if state_dir is not None:
+        _refuse_other_head(out_dir, record, recipe)
+    val_batches = {}  # the target runs once over the fixed validation windows
     for corpus, stream in val_streams.items():
         windows = _validation_windows(stream, cfg.seq_len, cfg.eval_batches * cfg.batch_size)
-        val_pairs[corpus] = [
-            target_pairs(target_params, target_config, chunk)
-            for chunk in np.array_split(windows, cfg.eval_batches)
+        val_batches[corpus] = [
+            recipe.target_batch(chunk) for chunk in np.array_split(windows, cfg.eval_batches)
         ]
     if not resume:
         _discard_states(out_dir)
     (out_dir / RUN_FILE).write_text(json.dumps(record, indent=2))
 
-    head = init_head(head_cfg, seed=cfg.seed)
+    head = recipe.init_head(cfg.seed)
     optimizer = AdamW(head, AdamWConfig(lr=cfg.lr, weight_decay=cfg.weight_decay))
     rng = np.random.default_rng(cfg.seed)  # draws the batches and the feature noise
     step, log = 0, {"evals": []}
@@ -305,8 +477,8 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
         rng.bit_generator.state = rng_state
 
     def run_eval(record: dict) -> None:
-        for corpus, pairs in val_pairs.items():
-            for key, value in evaluate(head, head_cfg, target_params, pairs, cfg.p_weight).items():
+        for corpus, batches in val_batches.items():
+            for key, value in recipe.metrics(head, batches).items():
                 record[f"val_{key}_{corpus}"] = value
         log["evals"].append(record)
         bar.write(
@@ -315,27 +487,14 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
             )
         )
 
-    bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc="eagle1", unit="step")
+    bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc=cfg.head, unit="step")
     if step == 0:
         run_eval({"step": 0})
     t_start, steps_timed = time.perf_counter(), 0
     while step < cfg.steps:
         inputs, targets = sample_batch(train_streams, cfg.batch_size, cfg.seq_len, rng)
         windows = np.concatenate([inputs, targets[:, -1:]], axis=1)  # [B, L + 1]
-        tokens, features, next_features = target_pairs(target_params, target_config, windows)
-        mask = np.ones(tokens.shape, dtype=bool)
-        loss, parts, grads = eagle1_loss(
-            head,
-            head_cfg,
-            target_params,
-            tokens,
-            features,
-            next_features,
-            mask,
-            p_weight=cfg.p_weight,
-            noise=cfg.noise,
-            rng=rng,
-        )
+        loss, parts, grads = recipe.loss(head, recipe.target_batch(windows), rng)
         grad_norm = clip_grad_norm(grads, cfg.grad_clip)
         lr = cosine_lr(step, max_lr=cfg.lr, warmup_steps=cfg.warmup_steps, total_steps=cfg.steps)
         _require_finite(loss, grad_norm, step, lr, cfg.lr)
@@ -343,21 +502,18 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
         step += 1
         steps_timed += 1
         s_per_step = (time.perf_counter() - t_start) / steps_timed
-        bar.set_postfix(
-            loss=f"{loss:.3f}",
-            top1=f"{parts['top1']:.3f}",
-            lr=f"{lr:.1e}",
-            gnorm=f"{grad_norm:.2f}",
-        )
+        shown = {name: f"{value:.3f}" for name, value in parts.items()}
+        bar.set_postfix(loss=f"{loss:.3f}", **shown, lr=f"{lr:.1e}", gnorm=f"{grad_norm:.2f}")
         bar.update(1)
-        log.update(train_loss=loss, train_top1=parts["top1"], s_per_step=s_per_step)
+        trained = {"train_loss": loss, **{f"train_{k}": v for k, v in parts.items()}}
+        log.update(**trained, s_per_step=s_per_step)
         if step % cfg.eval_every == 0 or step == cfg.steps:
-            run_eval({"step": step, "train_loss": loss, "train_top1": parts["top1"]})
+            run_eval({"step": step, **trained})
         if step % cfg.save_every == 0 or step == cfg.steps:
             _save_state(out_dir, head, optimizer, step, rng.bit_generator.state, log)
     bar.close()
 
-    save_head(export_dir, head, head_cfg, target_dir=cfg.target, dtype=cfg.export_dtype)
+    recipe.export(export_dir, head)
     log["export_dir"] = str(export_dir)
     (out_dir / "train_log.json").write_text(json.dumps(log, indent=2))
     return log
