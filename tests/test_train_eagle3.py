@@ -1,0 +1,203 @@
+"""Training the EAGLE-3 head (minieagle.train_eagle with head="eagle3"): it learns at every TTT
+step, leaves the target untouched, exports a head the serving layout loader reads back (with the
+draft vocabulary the run built), resumes a killed run to the same bits, refuses to resume another
+head, and the command line drives it.
+
+The target is a 4-layer nano-width model trained for 30 steps (EAGLE-3 fuses three distinct
+layers: here the inputs of layers 1, 2, 3, which the serving ids can name); each run is a few
+dozen short steps.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from minieagle import train_eagle as train_eagle_module
+from minieagle.checkpoint import load_checkpoint, save_checkpoint
+from minieagle.cli import PRETRAINED, main
+from minieagle.config import preset
+from minieagle.heads import eagle3
+from minieagle.heads.eagle3_io import load_eagle3_head
+from minieagle.train import TrainConfig, train
+from minieagle.train_eagle import EagleTrainConfig, draft_vocab_size_for, train_eagle_head
+
+STEPS, SAVE_EVERY, AUX = 16, 4, (1, 2, 3)
+
+
+class SimulatedCrash(Exception):
+    """Stands in for a kill at a chosen moment."""
+
+
+@pytest.fixture(scope="module")
+def target_dir(tmp_path_factory) -> Path:
+    """A nano-width target with four layers, trained for 30 steps."""
+    run = tmp_path_factory.mktemp("target3")
+    config = TrainConfig(
+        preset="nano", out_dir=str(run), tokenizer=str(PRETRAINED / "tokenizer-320.json"),
+        steps=30, batch_size=4, seq_len=32, lr=1e-2, warmup_steps=5, eval_every=30,
+        save_every=30, max_train_chars=50_000,
+    )  # fmt: skip
+    two_layers = Path(train(config, progress=False)["export_dir"])
+    params, config2, tokenizer = load_checkpoint(two_layers)
+    deeper = config2.replace(num_hidden_layers=4)
+    for name in list(params):  # layers 2 and 3: copies of 1, so the target stays sane
+        if name.startswith("model.layers.1."):
+            for extra in (2, 3):
+                params[name.replace("layers.1.", f"layers.{extra}.")] = params[name].copy()
+    save_checkpoint(run / "four", params, deeper, tokenizer)
+    return run / "four"
+
+
+def _config(target_dir: Path, out_dir: Path, **changes) -> EagleTrainConfig:
+    fields = dict(
+        target=str(target_dir), out_dir=str(out_dir), head="eagle3", aux_layers=AUX,
+        ttt_steps=3, steps=STEPS, batch_size=4, seq_len=24, lr=1e-2, warmup_steps=3,
+        eval_every=8, eval_batches=2, save_every=SAVE_EVERY, max_train_chars=50_000,
+    )  # fmt: skip
+    fields.update(changes)
+    return EagleTrainConfig(**fields)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, target_dir):
+    out_dir = tmp_path_factory.mktemp("uninterrupted3")
+    before = (target_dir / "model.safetensors").read_bytes()
+    return out_dir, train_eagle_head(_config(target_dir, out_dir), progress=False), before
+
+
+def _state(out_dir: Path) -> dict:
+    state = load_file(out_dir / "state" / "params.safetensors")
+    state.update(load_file(out_dir / "state" / "optimizer.safetensors"))
+    return state
+
+
+def _count_steps(monkeypatch, crash_at: int | None = None) -> list[int]:
+    """Count training steps (calls of ttt_loss from the recipe's loss), optionally crashing."""
+    real, calls = train_eagle_module.Eagle3Recipe.loss, []
+
+    def counted(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == crash_at:
+            raise SimulatedCrash(f"killed during step call {crash_at}")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(train_eagle_module.Eagle3Recipe, "loss", counted)
+    return calls
+
+
+def test_loss_falls_and_every_step_learns(reference):
+    _, log, _ = reference
+    assert [record["step"] for record in log["evals"]] == [0, 8, 16]
+    first, last = log["evals"][0], log["evals"][-1]
+    for corpus in ("prose", "code"):
+        assert last[f"val_loss_{corpus}"] < 0.9 * first[f"val_loss_{corpus}"]
+        for s in range(3):  # each unrolled step, its own outputs as input from s = 1 on
+            assert last[f"val_top1_{s}_{corpus}"] > first[f"val_top1_{s}_{corpus}"]
+            assert 0 <= last[f"val_accept_{s}_{corpus}"] <= 1
+
+
+def test_the_target_is_not_modified(reference, target_dir):
+    assert (target_dir / "model.safetensors").read_bytes() == reference[2]
+
+
+def test_the_exported_head_is_the_trained_one_with_its_vocabulary(reference, target_dir):
+    out_dir, log, _ = reference
+    head, cfg, vocab = load_eagle3_head(log["export_dir"], target_dir=target_dir)
+    trained = load_file(out_dir / "state" / "params.safetensors")
+    assert head.keys() == trained.keys()
+    assert all(np.array_equal(head[name], trained[name]) for name in head)
+    assert cfg.aux_layers == AUX and cfg.layer.hidden_size == preset("nano").hidden_size
+    # The vocabulary is the most frequent training tokens, as many as cover 99% of them.
+    _, _, tokenizer = load_checkpoint(target_dir)
+    streams = [
+        train_eagle_module.token_stream(tokenizer, c, "train", out_dir, 50_000)[0]
+        for c in ("prose", "code")
+    ]
+    counts = sum(np.bincount(s, minlength=320)[:320] for s in streams)
+    size = draft_vocab_size_for(counts, 0.99)
+    assert vocab.size == cfg.draft_vocab_size == size < 320
+    assert np.array_equal(vocab.ids, eagle3.draft_vocab_from_counts(counts, size).ids)
+
+
+def test_draft_vocab_size_for_counts():
+    counts = np.asarray([50, 0, 30, 15, 5])
+    assert draft_vocab_size_for(counts, 0.5) == 1
+    assert draft_vocab_size_for(counts, 0.8) == 2
+    assert draft_vocab_size_for(counts, 0.95) == 3
+    assert draft_vocab_size_for(counts, 1.0) == 4
+
+
+def test_a_run_killed_mid_step_resumes_to_the_same_bits(
+    tmp_path, monkeypatch, reference, target_dir
+):
+    _count_steps(monkeypatch, crash_at=14)  # the last save was at step 12
+    with pytest.raises(SimulatedCrash):
+        train_eagle_head(_config(target_dir, tmp_path), progress=False)
+    monkeypatch.undo()
+    steps = _count_steps(monkeypatch)
+    train_eagle_head(_config(target_dir, tmp_path), progress=False)
+    assert len(steps) == STEPS - 12
+    mine, theirs = _state(tmp_path), _state(reference[0])
+    assert all(np.array_equal(mine[name], theirs[name]) for name in theirs)
+
+
+def test_resuming_another_head_is_refused(tmp_path, target_dir):
+    train_eagle_head(_config(target_dir, tmp_path, steps=2, save_every=1), progress=False)
+    with pytest.raises(ValueError, match="holds a run with draft_vocab_size=0, not 100"):
+        train_eagle_head(
+            _config(target_dir, tmp_path, steps=3, draft_vocab_size=100), progress=False
+        )
+    eagle1 = _config(target_dir, tmp_path, steps=3, head="eagle1", aux_layers=())
+    with pytest.raises(ValueError, match="holds a run with head='eagle3', not 'eagle1'"):
+        train_eagle_head(eagle1, progress=False)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"head": "eagle4"}, "head='eagle4' is not one of"),
+        ({"ttt_steps": 0}, "ttt_steps=0 must be >= 1"),
+        ({"step_weight": 1.5}, r"step_weight=1.5 must be in \(0, 1\]"),
+        ({"draft_vocab_size": -1}, "draft_vocab_size=-1 must be >= 0"),
+        ({"draft_vocab_coverage": 0.0}, r"draft_vocab_coverage=0.0 must be in \(0, 1\]"),
+    ],
+)
+def test_bad_settings_are_refused(tmp_path, target_dir, changes, message):
+    with pytest.raises(ValueError, match=message):
+        _config(target_dir, tmp_path, **changes)
+
+
+def test_bad_heads_are_refused_before_training(tmp_path, target_dir):
+    with pytest.raises(ValueError, match="draft_vocab_size=321 is larger than the target's"):
+        train_eagle_head(_config(target_dir, tmp_path, draft_vocab_size=321), progress=False)
+    outside = _config(target_dir, tmp_path / "b", aux_layers=(1, 2, 4))
+    with pytest.raises(ValueError, match=r"aux_layers=\(1, 2, 4\) reach outside"):
+        train_eagle_head(outside, progress=False)
+    with pytest.raises(ValueError, match="not three distinct increasing layers"):
+        train_eagle_head(_config(target_dir, tmp_path / "c", aux_layers=()), progress=False)
+
+
+def test_the_command_line_trains_an_eagle3_head(tmp_path, target_dir, capsys):
+    argv = ["train", "eagle3", "--target", str(target_dir), "--out-dir", str(tmp_path / "run")]
+    argv += ["--aux-layers", "1", "2", "3", "--ttt-steps", "2", "--draft-vocab-size", "200"]
+    argv += ["--steps", "2", "--batch-size", "2", "--seq-len", "16", "--eval-batches", "1"]
+    argv += ["--max-train-chars", "20000", "--quiet"]
+    assert main(argv) == 0
+    assert "EAGLE-3 head written to" in capsys.readouterr().out
+    _, cfg, vocab = load_eagle3_head(tmp_path / "run" / "final")
+    assert cfg.draft_vocab_size == vocab.size == 200
+    saved = json.loads((tmp_path / "run" / "eagle_train_config.json").read_text())
+    assert saved["head"] == "eagle3" and saved["ttt_steps"] == 2
+    assert main([*argv, "--inputs", "token"]) == 2
+    assert "--inputs applies to `train eagle1`, not `train eagle3`" in capsys.readouterr().err
+    generate = ["generate", "def", "--model", str(target_dir), "--method", "eagle3"]
+    generate += ["--max-new-tokens", "6", "--head"]
+    assert main([*generate, str(tmp_path / "run" / "final")]) == 0
+    capsys.readouterr()
+    assert main([*generate, str(tmp_path / "missing")]) == 2
+    assert "is missing" in capsys.readouterr().err
