@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -158,6 +159,9 @@ def target_pairs(target_params, target_config, windows: np.ndarray):
     return windows[:, 1:], features[:, :-1], features[:, 1:]
 
 
+GENERATION_CHECKPOINT_EVERY = 64  # continuations between saves of a partial generation
+
+
 def generated_stream(
     target_params,
     target_config,
@@ -170,7 +174,11 @@ def generated_stream(
     EAGLE-3 regenerates all its data this way): continuations of random corpus prompts, sampled
     at `generate_temperature`, concatenated (each prompt included) into one stream int32 [N].
 
-    Cached at `cache_path` (written atomically), so a resumed run reads the same text."""
+    Cached at `cache_path` (written atomically), so a resumed run reads the same text. Writing
+    it is resumable too: every GENERATION_CHECKPOINT_EVERY continuations the text so far and the
+    state of the prompt sampler go to `<cache_path>.partial.npz` (atomically), and a restarted
+    run continues from there, so a kill costs at most that many continuations and the finished
+    text is the same as an uninterrupted run's."""
     from minieagle.generate import generate
     from minieagle.sampling import SamplingParams
 
@@ -181,8 +189,11 @@ def generated_stream(
     rng = np.random.default_rng(cfg.seed + 1)
     sampling = SamplingParams(temperature=cfg.generate_temperature)
     length = cfg.seq_len + 1 - cfg.prompt_tokens  # one window per continuation
-    pieces, total = [], 0
-    bar = tqdm(total=cfg.generated_tokens, disable=not progress, desc="target writes", unit="tok")
+    partial = None if cache_path is None else cache_path.with_name(cache_path.name + ".partial.npz")
+    pieces = _read_partial_generation(partial, rng, target_config.vocab_size)
+    total = sum(len(piece) for piece in pieces)
+    bar = tqdm(total=cfg.generated_tokens, initial=total, disable=not progress,
+               desc="target writes", unit="tok")  # fmt: skip
     while total < cfg.generated_tokens:
         stream = prompt_streams[rng.integers(len(prompt_streams))]
         start = rng.integers(0, len(stream) - cfg.prompt_tokens)
@@ -200,11 +211,44 @@ def generated_stream(
         pieces.append(piece)
         total += len(piece)
         bar.update(len(piece))
+        if partial is not None and len(pieces) % GENERATION_CHECKPOINT_EVERY == 0:
+            _write_partial_generation(partial, pieces, rng)
     bar.close()
     ids = np.concatenate(pieces)
     if cache_path is not None:
         _write_token_cache(cache_path, ids)
+        if partial.exists():
+            partial.unlink()
     return ids
+
+
+def _write_partial_generation(path: Path, pieces: list, rng: np.random.Generator) -> None:
+    """The continuations so far and the prompt sampler's state, through a renamed temp file."""
+    tmp = path.with_name(path.name + ".tmp.npz")
+    lengths = np.asarray([len(piece) for piece in pieces], dtype=np.int64)
+    state = np.frombuffer(json.dumps(rng.bit_generator.state).encode(), dtype=np.uint8)
+    with open(tmp, "wb") as handle:
+        np.savez(handle, ids=np.concatenate(pieces), lengths=lengths, rng=state)
+    tmp.replace(path)
+
+
+def _read_partial_generation(path: Path | None, rng: np.random.Generator, vocab_size: int):
+    """The continuations a killed run saved (restoring `rng` to where it stopped), or [] when
+    there are none; an unreadable partial file is named in a warning and ignored."""
+    if path is None or not path.exists():
+        return []
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            ids, lengths = saved["ids"], saved["lengths"]
+            state = json.loads(saved["rng"].tobytes().decode())
+        if ids.min() < 0 or ids.max() >= vocab_size or lengths.sum() != len(ids):
+            raise ValueError("ids out of range or lengths that do not add up")
+        rng.bit_generator.state = state
+    except (OSError, ValueError, KeyError, EOFError) as error:
+        warnings.warn(f"partial generation {path} is unreadable ({error}); starting over",
+                      stacklevel=3)  # fmt: skip
+        return []
+    return np.split(ids.astype(np.int32), np.cumsum(lengths)[:-1])
 
 
 def _validation_windows(stream: np.ndarray, seq_len: int, count: int) -> np.ndarray:
@@ -540,3 +584,26 @@ def load_or_train_head(
         )  # fmt: skip
         train_eagle1(cfg, progress=False)
         return load_head(f"{run_dir}/head", dtype=dtype)
+
+
+def load_or_train_eagle3_head(
+    head_dir, target_dir, *, steps: int, max_train_chars: int = 0, dtype=np.float64
+):
+    """The EAGLE-3 head in `head_dir` if it holds one, else a small stand-in trained now for
+    `steps` steps in a temporary directory (weaker than a real head; the notebooks use it so that
+    they run before, or without, the shipped head). Returns (head, Eagle3Config, DraftVocab)."""
+    import tempfile
+
+    from minieagle.heads.eagle3_io import load_eagle3_head
+
+    if (Path(head_dir) / "model.safetensors").is_file():
+        return load_eagle3_head(head_dir, dtype=dtype, target_dir=target_dir)
+    print(f"no EAGLE-3 head in {head_dir}: training a stand-in for {steps} steps")
+    with tempfile.TemporaryDirectory() as run_dir:
+        cfg = EagleTrainConfig(
+            target=str(target_dir), out_dir=run_dir, head="eagle3", steps=steps, batch_size=4,
+            seq_len=64, lr=1e-2, warmup_steps=5, eval_every=steps, eval_batches=1,
+            save_every=steps, max_train_chars=max_train_chars, export_dir=f"{run_dir}/head",
+        )  # fmt: skip
+        train_eagle_head(cfg, progress=False)
+        return load_eagle3_head(f"{run_dir}/head", dtype=dtype, target_dir=target_dir)
