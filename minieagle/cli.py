@@ -318,8 +318,9 @@ def cmd_bench(args) -> int:
             methods[label] = _drafter_factory(args, config, params)
         prompts = prompt_set(tokenizer, args.prompts, per_kind=args.prompts_per_corpus)
         results = compare_methods(
-            params, config, methods, prompts, new_tokens=args.new_tokens, repeats=args.repeats
-        )
+            params, config, methods, prompts, new_tokens=args.new_tokens, repeats=args.repeats,
+            max_depth=7,  # n-alpha for n = 0 .. 6
+        )  # fmt: skip
         print(format_report(results))
         if args.out:
             out = Path(args.out)
