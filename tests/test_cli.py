@@ -98,6 +98,38 @@ def test_bad_sampling_flags_exit_2_with_the_fix(checkpoint, capsys, flags, messa
     assert message in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["bench", "--repeats", "0"], "argument --repeats: 0 is below 1"),
+        (["bench", "--new-tokens", "0"], "argument --new-tokens: 0 is below 1"),
+        (["bench", "--prompts-per-corpus", "0"], "argument --prompts-per-corpus: 0 is below 1"),
+        (["generate", "x", "--method", "eagle1", "--tree", "chain", "--depth", "0"],
+         "argument --depth: 0 is below 1"),
+        (["generate", "x", "--method", "eagle1", "--depth", "3"],
+         "--depth 3 applies to eagle1 only with --tree chain"),
+        (["generate", "x", "--gamma", "2"], "--gamma applies to --method draft-model, not vanilla"),
+        (["generate", "x", "--total-tokens", "3"], "--total-tokens applies to --method eagle2"),
+        (["generate", "x", "--method", "eagle2", "--tree-top-k", "5000"],
+         "top_k=5000 exceeds total_tokens - 1 = 25"),
+        (["train", "target", "--max-train-chars", "-5"], "argument --max-train-chars: -5 is below"),
+    ],
+)  # fmt: skip
+def test_out_of_range_and_misplaced_flags_exit_2_naming_the_flag(capsys, argv, message):
+    """Issue 8: each of these ran (or crashed with a traceback) before the flags were checked."""
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_out_into_a_missing_directory_fails_before_measuring(tmp_path, capsys, monkeypatch):
+    from minieagle import bench as bench_module
+
+    monkeypatch.setattr(bench_module, "run_bench", lambda args: pytest.fail("measured first"))
+    out = tmp_path / "missing" / "bench.json"
+    assert main(["bench", "--out", str(out)]) == 2
+    assert f"the directory {out.parent} does not exist" in capsys.readouterr().err
+
+
 def test_a_missing_model_directory_exits_2(tmp_path, capsys):
     assert main(["generate", "Hi", "--model", str(tmp_path / "nowhere")]) == 2
     assert "does not exist" in capsys.readouterr().err
