@@ -302,16 +302,19 @@ def cmd_bench(args) -> int:
 
         params, config, tokenizer = _load(args.model)
         methods = {}
+        # EAGLE-1 chains of 3 and 5 (the fastest and the deepest of earlier runs); --depth
+        # sizes the dynamic trees of eagle2 and eagle3.
         variants = [
-            ("vanilla", "vanilla", "default"),
-            ("draft-model", "draft-model", "default"),
-            ("eagle1-tree", "eagle1", "default"),
-            ("eagle1-chain", "eagle1", "chain"),
-            ("eagle2", "eagle2", "default"),
-            ("eagle3", "eagle3", "default"),
+            ("vanilla", "vanilla", "default", None),
+            ("draft-model", "draft-model", "default", None),
+            ("eagle1-tree", "eagle1", "default", None),
+            ("eagle1-chain3", "eagle1", "chain", 3),
+            ("eagle1-chain5", "eagle1", "chain", 5),
+            ("eagle2", "eagle2", "default", args.depth),
+            ("eagle3", "eagle3", "default", args.depth),
         ]
-        for label, method, tree in variants:
-            args.method, args.tree = method, tree
+        for label, method, tree, depth in variants:
+            args.method, args.tree, args.depth = method, tree, depth
             if method.startswith("eagle") and not _head_dir(args).is_dir():
                 print(f"[bench: no head at {_head_dir(args)}; {label} skipped]", file=sys.stderr)
                 continue
@@ -501,9 +504,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--aux-layers",
         dest="aux_layers",
         type=_integer(0, "a layer index"),
-        nargs=3,
-        metavar=("LOW", "MID", "HIGH"),
-        help="eagle3: the target layers whose inputs are fused (default 2, L//2, L-3)",
+        nargs="+",
+        metavar="LAYER",
+        help="eagle3: the target layers whose inputs are fused: three, LOW MID HIGH (default 2, "
+        "L//2, L-3), or one, e.g. L (the top feature: the stream after the last layer; the "
+        "paper's ablation without fusion)",
     )
     p.add_argument(
         "--noise",

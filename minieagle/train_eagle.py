@@ -77,7 +77,7 @@ class EagleTrainConfig:
     fc_bias: bool = True  # eagle1
     ttt_steps: int = 7  # eagle3: unrolled training-time-test steps (the official code's 7)
     step_weight: float = 0.8  # eagle3: loss weight of step s is step_weight ** s
-    aux_layers: tuple[int, ...] = ()  # eagle3: fused target layers; () = (2, L // 2, L - 3)
+    aux_layers: tuple[int, ...] = ()  # eagle3: 3 fused layers or 1 (e.g. (L,)); () = (2, L//2, L-3)
     draft_vocab_size: int = 0  # eagle3: 0 = the fewest tokens covering draft_vocab_coverage
     draft_vocab_coverage: float = 0.99  # eagle3: share of training tokens the vocabulary covers
     corpora: tuple[str, ...] = ("prose", "code")
@@ -105,6 +105,8 @@ class EagleTrainConfig:
     def __post_init__(self) -> None:
         self.corpora = tuple(self.corpora)
         self.aux_layers = tuple(self.aux_layers)
+        if self.aux_layers:  # their count and order now; the target's depth when it is loaded
+            self.aux_layers = eagle3._check_aux_layers(self.aux_layers, None)
         _check_shared_fields(self)
         if self.head not in HEADS:
             raise InvalidInputError(f"head={self.head!r} is not one of {HEADS}; pass 'eagle3'")
@@ -331,7 +333,9 @@ def draft_vocab_size_for(counts: np.ndarray, coverage: float) -> int:
 class Eagle3Recipe:
     """What training an EAGLE-3 head needs from the loop: the target's fused features and
     logits of a window, the training-time-test loss, per-step metrics. The draft vocabulary
-    comes from the training streams' token counts, so a resumed run rebuilds the same one."""
+    comes from the training streams' token counts, so a resumed run rebuilds the same one.
+    With one aux layer (e.g. aux_layers=(L,), the top feature) it trains the paper's ablation
+    head "no feature loss + TTT" without fusion (Table 2)."""
 
     name = "eagle3"
     identity_fixes = {
@@ -361,8 +365,8 @@ class Eagle3Recipe:
         return eagle3.init_head(self.head_cfg, seed=seed)
 
     def target_batch(self, windows: np.ndarray):
-        """(windows [B, L + 1], fused features [B, L, 3d] at positions 0 .. L-1, target logits
-        [B, L, V] at positions 1 .. L): the inputs of `eagle3.ttt_loss`."""
+        """(windows [B, L + 1], fused features [B, L, k d] at positions 0 .. L-1, target
+        logits [B, L, V] at positions 1 .. L): the inputs of `eagle3.ttt_loss`."""
         aux = self.head_cfg.aux_layers
         logits, hidden, _ = model.forward(
             self.target_params, self.target_config, windows, output_hidden=aux

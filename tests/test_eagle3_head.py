@@ -549,3 +549,215 @@ def test_bad_inputs_raise_clear_errors():
         ttt_loss(*args, attention="mask")
     with pytest.raises(ValueError, match=r"steps=0 is below 1"):
         ttt_loss(*args, steps=0)
+
+
+# ---------------------------------------------------------------------------- one target feature
+# The paper's ablation head (Table 2, "no feature loss + TTT"): it reads only the top feature,
+# aux_layers = (L,), the stream after the last layer. fc is [d, d], so the fused features are as
+# wide as the head's own outputs and every forward must say which it gets.
+
+TOP = (TARGET.num_hidden_layers,)
+
+
+def _setup_one_feature(seed=0):
+    """As `_setup`, for a head that reads only the target's top feature: fused [B, T, d]."""
+    _, _, target, vocab, tokens, _, target_logits, loss_mask = _setup(seed)
+    cfg = Eagle3Config.from_target(TARGET, aux_layers=TOP, draft_vocab_size=N)
+    rng = np.random.default_rng(seed + 10)
+    head = init_head(cfg, seed=seed, dtype=np.float64)
+    for name, value in head.items():
+        if name.endswith("norm.weight"):
+            head[name] = 1.0 + 0.3 * rng.standard_normal(value.shape)
+    _, hidden, _ = model.forward(target, TARGET, tokens, output_hidden=cfg.aux_layers)
+    fused = fuse_features(hidden, cfg.aux_layers)[:, :T]  # [B, T, d]
+    return head, cfg, target, vocab, tokens, fused, target_logits, loss_mask
+
+
+def test_a_one_feature_head_reads_the_top_feature_through_a_square_fc():
+    head, cfg, target, _, tokens, fused, _, _ = _setup_one_feature()
+    assert cfg.aux_layers == (7,) and cfg.num_features == 1
+    assert head_param_shapes(cfg)["fc.weight"] == (d, d)
+    assert Eagle3Config.from_target(TARGET).num_features == 3
+    _, hidden, _ = model.forward(target, TARGET, tokens, output_hidden=(7, "final"))
+    np.testing.assert_array_equal(fused, hidden[7][:, :T])  # the stream before the final norm
+    assert not np.allclose(fused, hidden["final"][:, :T])
+
+
+@pytest.mark.parametrize("target_features", [True, False])
+def test_one_feature_head_gradients_match_finite_differences(target_features):
+    head, cfg, target, _, tokens, fused, _, _ = _setup_one_feature()
+    rng = np.random.default_rng(4)
+    feats = fused if target_features else rng.standard_normal((B, T, d))
+    ids = tokens[:, 1:]
+    out, logits, caches = head_forward(
+        head, cfg, target, ids, feats, target_features=target_features, keep_caches=True
+    )
+    dout, dlogits = rng.standard_normal(out.shape), rng.standard_normal(logits.shape)
+    grads = head_backward(dout, dlogits, caches, cfg)
+    assert list(grads) == list(head_param_shapes(cfg))
+
+    def f():
+        o, lg, _ = head_forward(head, cfg, target, ids, feats, target_features=target_features)
+        return float(np.sum(o * dout) + np.sum(lg * dlogits))
+
+    _assert_pass(gradient_errors(f, head, grads, eps=EPS))
+    assert np.any(grads["fc.weight"]) == target_features  # fc only on the target's features
+
+
+def test_one_feature_ttt_loss_gradients_match_finite_differences():
+    head, cfg, target, vocab, tokens, fused, target_logits, loss_mask = _setup_one_feature()
+    args = (head, cfg, target, vocab, tokens, fused, target_logits, loss_mask)
+    _, _, grads = ttt_loss(*args, steps=3, step_weight=0.7)
+    assert np.any(grads["fc.weight"])
+
+    def f():
+        return ttt_loss(*args, steps=3, step_weight=0.7)[0]
+
+    _assert_pass(gradient_errors(f, head, grads, eps=EPS, entries=12))
+
+
+def _explicit_rollout_logits(head, cfg, target, tokens, fused, steps, own_through_fc=False):
+    """`_rollout_logits` with the feature kind said at every forward: the real prefix as target
+    features, the head's own outputs as such (own_through_fc: the bug of sending them through
+    fc, which only a one-feature head can commit silently)."""
+    out = {}
+    for t in range(T):
+        cache = new_head_cache(cfg, head, capacity=T + steps, batch=B)
+        prefix = tokens[:, 1 : t + 2], fused[:, : t + 1]
+        hidden, logits, _ = head_forward(
+            head, cfg, target, *prefix, cache=cache, target_features=True
+        )
+        out[t, 0] = logits[:, -1]
+        hidden = hidden[:, -1:]
+        for s in range(1, min(steps, T - t)):
+            token = tokens[:, t + 1 + s : t + 2 + s]
+            hidden, logits, _ = head_forward(
+                head, cfg, target, token, hidden, cache=cache, target_features=own_through_fc
+            )
+            out[t, s] = logits[:, -1]
+    return out
+
+
+@pytest.mark.parametrize("own_through_fc", [False, True], ids=["right", "broken"])
+def test_one_feature_ttt_step_s_reproduces_the_drafter_s_tokens_ahead(own_through_fc):
+    head, cfg, target, _, tokens, fused, _, _ = _setup_one_feature()
+    ttt, _ = eagle3._ttt_forward(head, cfg, target, tokens, fused, steps=4)
+    rollout = _explicit_rollout_logits(head, cfg, target, tokens, fused, 4, own_through_fc)
+    errors = {(t, s): float(np.abs(ttt[s][:, t] - want).max()) for (t, s), want in rollout.items()}
+    assert max(e for (t, s), e in errors.items() if s == 0) < EXACT
+    later = [e for (t, s), e in errors.items() if s > 0]
+    if own_through_fc:  # the check catches a rollout that sends the head's outputs through fc
+        assert min(later) > 1e-6
+    else:
+        assert max(later) < EXACT
+
+
+def test_explicit_feature_kinds_equal_the_inferred_ones_for_three_features():
+    head, cfg, target, _, tokens, fused, _, _ = _setup()
+    own = np.random.default_rng(5).standard_normal((B, T, d))
+    ids = tokens[:, 1:]
+    for feats, kind in ((fused, True), (own, False)):
+        inferred = head_forward(head, cfg, target, ids, feats)[1]
+        said = head_forward(head, cfg, target, ids, feats, target_features=kind)[1]
+        np.testing.assert_array_equal(said, inferred)
+
+
+def test_a_one_feature_head_refuses_to_guess_what_its_features_are():
+    head, cfg, target, _, tokens, fused, _, _ = _setup_one_feature()
+    ids = tokens[:, 1:]
+    with pytest.raises(ValueError, match=r"width 8 are ambiguous .*\(aux_layers=\(7,\)\).* pass "
+                       r"target_features=True .* or target_features=False"):  # fmt: skip
+        head_forward(head, cfg, target, ids, fused)
+    with pytest.raises(ValueError, match=r"width 24 but the head expects hidden_size = 8"):
+        head_forward(head, cfg, target, ids, np.concatenate([fused] * 3, -1))
+    with pytest.raises(ValueError, match=r"target_features='yes' must be True .* or None"):
+        head_forward(head, cfg, target, ids, fused, target_features="yes")
+    three, three_cfg, *_ = _setup()
+    with pytest.raises(ValueError, match=r"width 8 but the head expects 3 \* hidden_size = 24"):
+        head_forward(three, three_cfg, target, ids, fused, target_features=True)
+    wide = np.concatenate([fused] * 3, -1)
+    with pytest.raises(ValueError, match=r"width 24 but the head expects hidden_size = 8 \(the"):
+        head_forward(three, three_cfg, target, ids, wide, target_features=False)
+    args = (head, cfg, target, _setup_one_feature()[3], tokens)
+    with pytest.raises(ValueError, match=r"width 24 but the head expects 1 \* hidden_size = 8"):
+        ttt_loss(*args, wide, *_setup_one_feature()[6:], steps=2)
+
+
+def test_one_aux_layer_may_be_any_stream_of_the_target_up_to_the_top():
+    for layer in (0, 3, 7):
+        assert Eagle3Config.from_target(TARGET, aux_layers=(layer,)).aux_layers == (layer,)
+    assert Eagle3Config.from_target(TARGET, aux_layers=[np.int64(7)]).aux_layers == (7,)
+    with pytest.raises(ValueError, match=r"aux_layers=\(8,\) is outside \[0, 7\].* pass e\.g\. "
+                       r"\(7,\), the top feature"):  # fmt: skip
+        Eagle3Config.from_target(TARGET, aux_layers=(8,))
+    with pytest.raises(ValueError, match=r"aux_layers=\(-1,\) is outside \[0, L\]"):
+        Eagle3Config(TARGET.replace(num_hidden_layers=1), aux_layers=(-1,), draft_vocab_size=4)
+    with pytest.raises(ValueError, match=r"must be three layer indices .* or one"):
+        Eagle3Config.from_target(TARGET, aux_layers=(2, 7))
+
+
+TARGET_PARAMS = model.init_params(TARGET, seed=1, dtype=np.float64)
+
+
+def _one_feature_drafter(head, cfg, depth=3):
+    """The dynamic tree with top_k = 1: a chain of depth + 1 drafts."""
+    from minieagle.drafters.eagle2 import Eagle2Drafter
+
+    return Eagle2Drafter(TARGET_PARAMS, TARGET, head, cfg, depth=depth, top_k=1,
+                         total_tokens=depth + 2)  # fmt: skip
+
+
+def test_a_one_feature_head_drafts_losslessly_through_the_dynamic_tree():
+    from minieagle.generate import generate, greedy_reference
+
+    cfg = Eagle3Config.from_target(TARGET, aux_layers=TOP)
+    head = init_head(cfg, seed=3, dtype=np.float64)
+    prompt = [1, 5, 9, 2, 7]
+    result = generate(
+        TARGET_PARAMS, TARGET, prompt, drafter=_one_feature_drafter(head, cfg),
+        max_new_tokens=12, stop_at_eos=False,
+    )  # fmt: skip
+    assert result.tokens == greedy_reference(TARGET_PARAMS, TARGET, prompt, 12)
+
+
+@pytest.mark.parametrize("adapter", ["right", "broken"])
+def test_the_drafter_feeds_its_own_outputs_without_fc(monkeypatch, adapter):
+    """A chain drafted by a one-feature head: node i's draft logits are those of the explicit
+    rollout (catch-up over target features, then the head's own outputs, fc skipped)."""
+    from minieagle.drafters import head_drafter
+    from minieagle.sampling import SamplingParams, SeededRandomness
+
+    class OwnOutputsThroughFc(head_drafter.Eagle3Head):
+        """A planted bug: an adapter that calls every feature the target's."""
+
+        def forward(self, tokens, features, cache, *, target_features, **placement):
+            return super().forward(tokens, features, cache, target_features=True, **placement)
+
+    if adapter == "broken":
+        monkeypatch.setitem(head_drafter.HEAD_ADAPTERS, Eagle3Config, OwnOutputsThroughFc)
+    cfg = Eagle3Config.from_target(TARGET, aux_layers=TOP)
+    head = init_head(cfg, seed=3, dtype=np.float64)
+    prompt = np.asarray([1, 5, 9, 2, 7])
+    drafter = _one_feature_drafter(head, cfg)
+    _, hidden, _ = model.forward(TARGET_PARAMS, TARGET, prompt[:-1], output_hidden=TOP)
+    drafter.begin(prompt.tolist(), hidden, SamplingParams())
+    tree = drafter.propose(int(prompt[-1]), SeededRandomness(0), max_nodes=5)
+    chain = [int(t) for t in tree.tokens]  # root, then one draft per depth
+    cache = new_head_cache(cfg, head, capacity=16)
+    fused = fuse_features(hidden, TOP)
+    out, logits, _ = head_forward(
+        head, cfg, TARGET_PARAMS, prompt[1:], fused, cache=cache, target_features=True
+    )
+    want = [logits[-1]]
+    for token in chain[1:-1]:
+        out, logits, _ = head_forward(
+            head, cfg, TARGET_PARAMS, np.asarray([token]), out[-1:], cache=cache,
+            target_features=False,
+        )  # fmt: skip
+        want.append(logits[-1])
+    errors = [np.abs(drafter.draft_logits[i] - w).max() for i, w in enumerate(want)]
+    assert errors[0] < EXACT  # the root's logits: the catch-up over target features
+    if adapter == "right":
+        assert max(errors) < EXACT
+    else:
+        assert min(errors[1:]) > 1e-6

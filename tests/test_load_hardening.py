@@ -412,7 +412,7 @@ def test_a_huge_context_allocates_only_what_is_used(monkeypatch, method):
     The prompt crosses the first buffer size, so the caches grow during decoding, and the tokens
     still equal the cache-free oracle's."""
     monkeypatch.setattr(_RecordedCache, "made", [])
-    for module in ("generate", "drafters.draft_model", "eagle1"):
+    for module in ("generate", "drafters.draft_model", "heads.eagle1"):
         monkeypatch.setattr(f"minieagle.{module}.KVCache", _RecordedCache)
     params = model.init_params(HUGE_CONTEXT, seed=3, dtype=np.float64)
     drafter = None

@@ -201,3 +201,44 @@ def test_the_command_line_trains_an_eagle3_head(tmp_path, target_dir, capsys):
     capsys.readouterr()
     assert main([*generate, str(tmp_path / "missing")]) == 2
     assert "is missing" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- one target feature
+
+
+def test_a_single_aux_layer_is_accepted_and_checked_early(target_dir, tmp_path):
+    assert _config(target_dir, tmp_path, aux_layers=[4]).aux_layers == (4,)  # the top feature
+    with pytest.raises(ValueError, match=r"must be three layer indices .* or one"):
+        _config(target_dir, tmp_path, aux_layers=(1, 2))
+    with pytest.raises(ValueError, match=r"aux_layers=\(5,\) is outside \[0, 4\]"):
+        train_eagle_head(_config(target_dir, tmp_path, aux_layers=(5,)), progress=False)
+
+
+def test_the_command_line_trains_a_top_feature_head_saved_for_minieagle_only(
+    tmp_path, target_dir, capsys
+):
+    """`--aux-layers 4` on the 4-layer target: the paper's ablation head that reads the top
+    feature only. Its file has no serving ids (engines fuse three layers), it loads back, and
+    it drafts."""
+    argv = ["train", "eagle3", "--target", str(target_dir), "--out-dir", str(tmp_path / "run")]
+    argv += ["--aux-layers", "4", "--ttt-steps", "2", "--steps", "2", "--batch-size", "2"]
+    argv += ["--seq-len", "16", "--eval-batches", "1", "--max-train-chars", "20000", "--quiet"]
+    with pytest.warns(UserWarning, match=r"aux_layers=\(4,\) is one target feature; serving"):
+        assert main(argv) == 0
+    capsys.readouterr()
+    final = tmp_path / "run" / "final"
+    config = json.loads((final / "config.json").read_text())
+    assert "eagle_config" not in config and config["minieagle_aux_layers"] == [4]
+    head, cfg, _ = load_eagle3_head(final, target_dir=target_dir)
+    d = cfg.layer.hidden_size
+    assert cfg.aux_layers == (4,) and head["fc.weight"].shape == (d, d)
+    saved = json.loads((tmp_path / "run" / "eagle_train_config.json").read_text())
+    assert saved["aux_layers"] == [4]
+    generate = ["generate", "def", "--model", str(target_dir), "--method", "eagle3"]
+    assert main([*generate, "--max-new-tokens", "6", "--head", str(final)]) == 0
+    config["minieagle_aux_layers"] = [5]
+    (final / "config.json").write_text(json.dumps(config))
+    _, target_config, _ = load_checkpoint(target_dir)
+    with pytest.raises(ValueError, match=r"minieagle_aux_layers=\[5\] names no stream of the "
+                       r"target \(0 to num_hidden_layers=4\)"):  # fmt: skip
+        load_eagle3_head(final, target_config=target_config)

@@ -10,10 +10,12 @@ would occupy, under a tree mask. `HeadDrafter` is that machinery; its subclasses
 The heads differ in what they read and predict, so each is driven through a small adapter:
 - `Eagle1Head`: reads the target's final-norm feature ("final"); its output f̂ goes through the
   target's frozen LM head, over the whole vocabulary.
-- `Eagle3Head`: reads the fused inputs of three target layers (3d, through `fc`); its output a
-  is fed back unchanged; its own LM head scores a reduced draft vocabulary, which the adapter
-  scatters into the target's vocabulary (-inf elsewhere), so trees and verification never see
-  draft ids.
+- `Eagle3Head`: reads the fused inputs of its aux target layers (three, or one for the
+  ablation head: k d wide, through `fc`); its output a is fed back unchanged; its own LM head
+  scores a reduced draft vocabulary, which the adapter scatters into the target's vocabulary
+  (-inf elsewhere), so trees and verification never see draft ids.
+Each forward says what its features are (`target_features`): the target's at catch-up, the
+head's own outputs during expansion (a one-feature head cannot tell them apart by width).
 `HeadDrafter` picks the adapter from the head's config type (`HEAD_ADAPTERS`).
 """
 
@@ -48,8 +50,9 @@ class Eagle1Head:
     def new_cache(self, capacity: int):
         return new_head_cache(self.cfg, self.head, capacity)
 
-    def forward(self, tokens, features, cache, **placement):
-        """(output [T, d], logits [T, V]) appended to `cache`."""
+    def forward(self, tokens, features, cache, *, target_features: bool, **placement):
+        """(output [T, d], logits [T, V]) appended to `cache`. target_features: unused, the
+        EAGLE-1 head reads the target's f and its own f̂ alike."""
         predicted, logits, _ = head_forward(
             self.head, self.cfg, self.target_params, tokens, features, cache=cache, **placement
         )
@@ -70,11 +73,12 @@ class Eagle3Head:
                     f"the EAGLE-3 head has {name}={got} but the target has {want}; load the "
                     "head trained for this target (or train one: minieagle train eagle3)"
                 )
-        if max(cfg.aux_layers) >= target_config.num_hidden_layers:
+        L = target_config.num_hidden_layers
+        # Three fused layers are inputs of layers (< L); one may be the top feature (L).
+        if max(cfg.aux_layers) >= (L + 1 if cfg.num_features == 1 else L):
             raise InvalidInputError(
                 f"the EAGLE-3 head fuses the inputs of target layers {cfg.aux_layers}, but the "
-                f"target has {target_config.num_hidden_layers} layers; load the head trained "
-                "for this target"
+                f"target has {L} layers; load the head trained for this target"
             )
         embed = target_params["model.embed_tokens.weight"]
         self.vocab = vocab or eagle3.DraftVocab.full(target_config.vocab_size)
@@ -90,18 +94,21 @@ class Eagle3Head:
         self.vocab_size = target_config.vocab_size
 
     def features(self, hidden: dict):
-        """The fused low/mid/high features [T, 3d] from the target's hidden states."""
+        """The fused features [T, k d] (low/mid/high for k = 3) from the target's hidden
+        states."""
         return eagle3.fuse_features(hidden, self.cfg.aux_layers)
 
     def new_cache(self, capacity: int):
         return eagle3.new_head_cache(self.cfg, self.head, capacity)
 
-    def forward(self, tokens, features, cache, **placement):
+    def forward(self, tokens, features, cache, *, target_features: bool, **placement):
         """(output a [T, d], logits [T, V] over the target's ids, -inf outside the draft
-        vocabulary) appended to `cache`."""
+        vocabulary) appended to `cache`. target_features: True for the target's fused features
+        (catch-up, through fc), False for the head's own outputs (expansion)."""
         out, draft_logits, _ = eagle3.head_forward(
-            self.head, self.cfg, self.target_params, tokens, features, cache=cache, **placement
-        )
+            self.head, self.cfg, self.target_params, tokens, features, cache=cache,
+            target_features=target_features, **placement,
+        )  # fmt: skip
         T = draft_logits.shape[0]
         logits = self.xp.full((T, self.vocab_size), -self.xp.inf, dtype=draft_logits.dtype)
         logits[:, self.target_ids] = draft_logits  # [T, N] -> [T, V]
@@ -172,12 +179,16 @@ class HeadDrafter:
         self._catch_up()
         return self.root_prediction is not None
 
-    def _head(self, tokens, features, **placement):
+    def _head(self, tokens, features, *, target_features: bool, **placement):
         """One head forward appending to the head cache: (f̂ [T, d], logits [T, V]).
-        placement: optional host position_ids [T] and attention_mask [T, cached + T]."""
+        target_features: whether `features` are the target's (catch-up) or the head's own
+        outputs (expansion). placement: optional host position_ids [T] and attention_mask
+        [T, cached + T]."""
         placement = {name: to_device(value, self.embed) for name, value in placement.items()}
         tokens = to_device(tokens, self.embed)
-        predicted, logits = self.draft.forward(tokens, features, self.cache, **placement)
+        predicted, logits = self.draft.forward(
+            tokens, features, self.cache, target_features=target_features, **placement
+        )
         return predicted, logits
 
     def _catch_up(self) -> None:
@@ -185,7 +196,7 @@ class HeadDrafter:
         if not self.pending_tokens:
             return
         features = self.xp.concat(self.pending_features, axis=0)  # [P, d]
-        predicted, logits = self._head(self.pending_tokens, features)
+        predicted, logits = self._head(self.pending_tokens, features, target_features=True)
         self.committed = self.cache.length
         self.root_prediction = (predicted[-1, ...], _host(logits[-1, ...]))
         self.pending_tokens, self.pending_features = [], []
@@ -211,8 +222,9 @@ class HeadDrafter:
         positions = np.full(count, self.committed - 1 + depth)  # [T], one position per level
         features = self.xp.stack([predicted[parents[node]] for node in fed])  # [T, d]
         out, level_logits = self._head(
-            [tokens[n] for n in fed], features, position_ids=positions, attention_mask=mask
-        )
+            [tokens[n] for n in fed], features, target_features=False, position_ids=positions,
+            attention_mask=mask,
+        )  # fmt: skip
         rows = _host(level_logits)  # [T, V], one transfer per level
         for i, node in enumerate(fed):
             predicted[node] = out[i, ...]

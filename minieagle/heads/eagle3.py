@@ -15,6 +15,11 @@ a (pre-norm) is the next step's feature. l, m, h are the residual streams ENTERI
 `aux_layers` (default 2, L//2, L-3). Draft id i stands for target id ids[i] = i + d2t[i] (a
 `DraftVocab`). Tensor names follow SafeAILab/SpecForge (`fc`, `midlayer.*`, `norm`, `lm_head`).
 
+The paper's ablation (Table 2, "no feature loss + TTT") reads ONE target feature, the top one:
+aux_layers = (L,), the residual stream after the last layer (before the final norm), and fc is
+[d, d]. Such a head's fused features are as wide as its own outputs, so `head_forward` is told
+which it gets (`target_features`) instead of guessing from the width.
+
 TTT (`ttt_loss`) unrolls the head `steps` times over a window: index t at step s simulates
 drafting position t + s from the real context <= t and its own chain (see `ttt_loss`).
 """
@@ -58,15 +63,25 @@ def default_aux_layers(num_layers: int) -> tuple[int, int, int]:
     return low_mid_high
 
 
-def _check_aux_layers(aux_layers, num_layers: int | None) -> tuple[int, int, int]:
-    """aux_layers as a tuple of three ints, strictly increasing, in [0, num_layers)."""
+def _check_aux_layers(aux_layers, num_layers: int | None) -> tuple[int, ...]:
+    """aux_layers as a tuple of ints: three, strictly increasing, in [0, num_layers) (low, mid,
+    high), or one in [0, num_layers] (a single feature; num_layers = the top feature, the stream
+    after the last layer)."""
     values = tuple(aux_layers)
-    if len(values) != 3 or not all(isinstance(i, int | np.integer) for i in values):
+    if len(values) not in (1, 3) or not all(isinstance(i, int | np.integer) for i in values):
         raise InvalidInputError(
             f"aux_layers={aux_layers!r} must be three layer indices (low, mid, high), e.g. "
-            "(2, L // 2, L - 3)"
+            "(2, L // 2, L - 3), or one (a single feature, e.g. (L,): the top feature)"
         )
     values = tuple(int(i) for i in values)
+    if len(values) == 1:
+        if values[0] < 0 or (num_layers is not None and values[0] > num_layers):
+            top = "L" if num_layers is None else num_layers
+            raise InvalidInputError(
+                f"aux_layers={values} is outside [0, {top}]: one index names the stream entering "
+                f"that layer ({top} = after the last layer); pass e.g. ({top},), the top feature"
+            )
+        return values
     if not 0 <= values[0] < values[1] < values[2]:
         raise InvalidInputError(
             f"aux_layers={values} must be three distinct non-negative layer indices in "
@@ -83,11 +98,12 @@ def _check_aux_layers(aux_layers, num_layers: int | None) -> tuple[int, int, int
 @dataclass(frozen=True)
 class Eagle3Config:
     """layer: a one-layer LlamaConfig with the target's width, heads, MLP, vocabulary and RoPE.
-    aux_layers: 0-based target layers whose INPUT residual stream is fused (low, mid, high).
+    aux_layers: 0-based target layers whose INPUT residual stream is fused: three (low, mid,
+    high; EAGLE-3) or one (e.g. (L,), the top feature: the paper's ablation without fusion).
     draft_vocab_size: N, the size of the draft vocabulary (1 <= N <= the target's V)."""
 
     layer: LlamaConfig
-    aux_layers: tuple[int, int, int]
+    aux_layers: tuple[int, ...]
     draft_vocab_size: int
 
     def __post_init__(self) -> None:
@@ -109,12 +125,17 @@ class Eagle3Config:
                 f"is a subset of the target's, so pass a size in [1, {V}]"
             )
 
+    @property
+    def num_features(self) -> int:
+        """k, the number of target features fused: fc maps [.., k d] to [.., d]."""
+        return len(self.aux_layers)
+
     @classmethod
     def from_target(
         cls,
         target_config: LlamaConfig,
         *,
-        aux_layers: tuple[int, int, int] | None = None,
+        aux_layers: tuple[int, ...] | None = None,
         draft_vocab_size: int | None = None,
     ) -> Eagle3Config:
         """The head for a target: same width, MLP, heads, vocabulary and RoPE, one layer; aux
@@ -265,7 +286,7 @@ def head_param_shapes(cfg: Eagle3Config) -> dict[str, tuple[int, ...]]:
     q_out, kv_out = layer.num_attention_heads * hd, layer.num_key_value_heads * hd
     p = PREFIX
     return {
-        "fc.weight": (d, 3 * d),
+        "fc.weight": (d, cfg.num_features * d),  # [d, kd]: [d, 3d] fusing three features
         p + "input_layernorm.weight": (d,),
         p + "hidden_norm.weight": (d,),
         p + "self_attn.q_proj.weight": (q_out, 2 * d),
@@ -284,10 +305,10 @@ def head_param_shapes(cfg: Eagle3Config) -> dict[str, tuple[int, ...]]:
 def init_head(cfg: Eagle3Config, seed: int = 0, dtype=np.float32) -> dict[str, np.ndarray]:
     """Fresh head: norms at 1; linear weights N(0, initializer_range), o_proj and down_proj
     scaled by 1/sqrt(2) as `model.init_params` scales a one-layer model's; fc as nn.Linear
-    (uniform in ±1/sqrt(3d)), so g keeps a third of its input's variance."""
+    (uniform in ±1/sqrt(k d)), so g keeps a third of its input's variance."""
     rng = np.random.default_rng(seed)
     std = cfg.layer.initializer_range
-    fc_bound = 1.0 / np.sqrt(3 * cfg.layer.hidden_size)
+    fc_bound = 1.0 / np.sqrt(cfg.num_features * cfg.layer.hidden_size)
     head = {}
     for name, shape in head_param_shapes(cfg).items():
         if name.endswith("norm.weight"):
@@ -309,7 +330,8 @@ def new_head_cache(cfg: Eagle3Config, head: dict, capacity: int, batch: int = 1)
 
 def fuse_features(hidden: dict, aux_layers) -> Any:
     """[l, m, h] [.., T, 3d]: the target's `model.forward(..., output_hidden=aux_layers)` taps
-    concatenated in the order of aux_layers (low, mid, high for a config's aux_layers)."""
+    concatenated in the order of aux_layers (low, mid, high for a config's aux_layers); for a
+    single aux layer, that tap itself [.., T, d]."""
     missing = [i for i in aux_layers if i not in hidden]
     if missing:
         raise InvalidInputError(
@@ -317,7 +339,7 @@ def fuse_features(hidden: dict, aux_layers) -> Any:
             f"model.forward(..., output_hidden={tuple(aux_layers)})"
         )
     xp = array_module(hidden[aux_layers[0]])
-    return xp.concat([hidden[i] for i in aux_layers], axis=-1)  # 3 x [.., T, d] -> [.., T, 3d]
+    return xp.concat([hidden[i] for i in aux_layers], axis=-1)  # k x [.., T, d] -> [.., T, kd]
 
 
 # ---------------------------------------------------------------------------- the decoder layer
@@ -405,12 +427,42 @@ def _check_token_ids(cfg: Eagle3Config, ids) -> None:
         )
 
 
-def _feature_width_error(cfg: Eagle3Config, width: int) -> InvalidInputError:
-    d = cfg.layer.hidden_size
-    return InvalidInputError(
-        f"features have width {width} but the head expects 3 * hidden_size = {3 * d} (the "
-        f"target's fused features, fuse_features) or hidden_size = {d} (the head's own outputs)"
-    )
+def _feature_width_error(
+    cfg: Eagle3Config, width: int, target_features: bool | None = None
+) -> InvalidInputError:
+    d, k = cfg.layer.hidden_size, cfg.num_features
+    fused = f"{k} * hidden_size = {k * d} (the target's fused features, fuse_features)"
+    own = f"hidden_size = {d} (the head's own outputs)"
+    if target_features is None:
+        expected = f"{fused} or {own}" if k > 1 else f"hidden_size = {d}"
+    else:
+        expected = fused if target_features else own
+    return InvalidInputError(f"features have width {width} but the head expects {expected}")
+
+
+def _reads_target_features(cfg: Eagle3Config, width: int, target_features: bool | None) -> bool:
+    """Whether features of this width go through fc: target_features when given (checked
+    against the width), else inferred from the width, which a one-feature head cannot do."""
+    d, k = cfg.layer.hidden_size, cfg.num_features
+    if target_features is not None and not isinstance(target_features, bool):
+        raise InvalidInputError(
+            f"target_features={target_features!r} must be True (the target's fused features, "
+            "through fc), False (the head's own outputs) or None (inferred from the width)"
+        )
+    if target_features is None:
+        if k == 1 and width == d:
+            raise InvalidInputError(
+                f"features of width {width} are ambiguous for a head with one aux layer "
+                f"(aux_layers={cfg.aux_layers}): the target's feature and the head's own outputs "
+                "are both hidden_size wide; pass target_features=True (the target's, through "
+                "fc) or target_features=False (the head's own outputs, fc skipped)"
+            )
+        if width not in (k * d, d):
+            raise _feature_width_error(cfg, width)
+        return width == k * d
+    if width != (k * d if target_features else d):
+        raise _feature_width_error(cfg, width, target_features)
+    return target_features
 
 
 def head_forward(
@@ -420,6 +472,7 @@ def head_forward(
     tokens,
     features,
     *,
+    target_features: bool | None = None,
     position_ids=None,
     attention_mask=None,
     cache: KVCache | None = None,
@@ -427,29 +480,28 @@ def head_forward(
 ):
     """The head over T new positions, optionally appending to its KV cache.
 
-    tokens int [T] or [B, T]: x_{t+1}. features: [.., T, 3d] fused target features (fc maps them
-    to d) or [.., T, d] the head's own outputs (fc skipped). position_ids int [T] (default
-    cache.length + arange(T)). attention_mask bool [T, past + T] (default causal; a tree mask
-    for draft trees). Returns (hidden_out [.., T, d] (pre-norm: the next step's feature),
-    logits [.., T, N] over the draft vocabulary, caches or None); the batch axis is present iff
-    it was in the inputs.
+    tokens int [T] or [B, T]: x_{t+1}. features: [.., T, k d] fused target features (fc maps them
+    to d; k = cfg.num_features) or [.., T, d] the head's own outputs (fc skipped).
+    target_features: which of the two `features` are, True or False; None infers it from the
+    width, and raises for a one-feature head (k = 1), whose two widths are equal. position_ids
+    int [T] (default cache.length + arange(T)). attention_mask bool [T, past + T] (default
+    causal; a tree mask for draft trees). Returns (hidden_out [.., T, d] (pre-norm: the next
+    step's feature), logits [.., T, N] over the draft vocabulary, caches or None); the batch
+    axis is present iff it was in the inputs.
     """
     _check_target(cfg, target_params)
     ids, batched = _with_batch(tokens, "tokens", 1)  # [B, T]
-    f, features_batched = _with_batch(features, "features", 2)  # [B, T, 3d] or [B, T, d]
+    f, features_batched = _with_batch(features, "features", 2)  # [B, T, kd] or [B, T, d]
     if batched != features_batched or tuple(ids.shape) != tuple(f.shape[:2]):
         raise InvalidInputError(
             f"tokens {tuple(tokens.shape)} and features {tuple(features.shape)} disagree on "
             "(batch, positions); pair x_{t+1} with its feature position by position"
         )
     _check_token_ids(cfg, ids)
-    d = cfg.layer.hidden_size
-    if f.shape[-1] == 3 * d:
-        hidden, c_fc = layers.linear_forward(f, head["fc.weight"])  # [B, T, 3d] -> [B, T, d]
-    elif f.shape[-1] == d:
-        hidden, c_fc = f, None
+    if _reads_target_features(cfg, f.shape[-1], target_features):
+        hidden, c_fc = layers.linear_forward(f, head["fc.weight"])  # [B, T, kd] -> [B, T, d]
     else:
-        raise _feature_width_error(cfg, f.shape[-1])
+        hidden, c_fc = f, None
     T, past = hidden.shape[1], cache.length if cache is not None else 0
     if position_ids is None:
         position_ids = past + arange(T, like=hidden)
@@ -610,7 +662,8 @@ def _ttt_forward(
     padding = zeros((B, steps - 1), like=tokens, dtype=tokens.dtype)
     chain = xp.concat([tokens, padding], axis=1)  # [B, T + steps]: x_0 .. x_T, then pad id 0
     index = arange(T, like=fused)
-    hidden, c_fc = layers.linear_forward(fused, head["fc.weight"])  # [B, T, 3d] -> [B, T, d]
+    # Step 0 reads the target's features, always through fc (also when k = 1 and they are d wide).
+    hidden, c_fc = layers.linear_forward(fused, head["fc.weight"])  # [B, T, kd] -> [B, T, d]
     keys, values, step_logits, step_caches = [], [], [], []
     for s in range(steps):
         embedded, _ = layers.embedding_forward(embed, chain[:, 1 + s : 1 + s + T])  # x_{t+1+s}
@@ -690,10 +743,11 @@ def _check_ttt_inputs(cfg, vocab, tokens, fused, target_logits, loss_mask, steps
         )
     if fused.ndim != 3:
         raise InvalidInputError(
-            f"fused has shape {tuple(fused.shape)}; expected [B, T, 3 * hidden_size]"
+            f"fused has shape {tuple(fused.shape)}; expected [B, T, {cfg.num_features} * "
+            "hidden_size]"
         )
-    if fused.shape[-1] != 3 * cfg.layer.hidden_size:
-        raise _feature_width_error(cfg, fused.shape[-1])
+    if fused.shape[-1] != cfg.num_features * cfg.layer.hidden_size:
+        raise _feature_width_error(cfg, fused.shape[-1], target_features=True)
     B, T = fused.shape[:2]
     want = {
         "tokens": (tokens, (B, T + 1)),
@@ -726,7 +780,7 @@ def ttt_loss(
 ) -> tuple[float, dict, dict]:
     """The training-time-test loss over a batch of windows and every head tensor's gradient.
 
-    tokens int [B, T + 1]: the window x_0 .. x_T. fused [B, T, 3d]: the target's fused features
+    tokens int [B, T + 1]: the window x_0 .. x_T. fused [B, T, kd]: the target's fused features
     at positions 0 .. T-1. target_logits [B, T, V]: row t holds the target's logits at position
     t + 1 (its prediction of x_{t+2}). loss_mask [B, T]: whether row t's label counts.
 

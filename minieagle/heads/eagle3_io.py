@@ -12,6 +12,11 @@ Aux-layer numbering. minieagle's `aux_layers` name the target layers whose INPUT
 `hidden_states[i]`). SpecForge and SGLang number the same tensors by the layer whose OUTPUT they
 are, one less: aux layers (2, 6, 9) of a 12-layer target are written as ids [1, 5, 8], and SGLang
 adds the 1 back before capturing. A file without our keys (SpecForge's) is read the same way.
+
+One-feature heads (the ablation head of `Eagle3Config`, e.g. aux_layers = (L,), fc [d, d]) are
+saved with our keys only: `minieagle_aux_layers` holds the one layer and there is no
+`eagle_config`, because serving engines fuse exactly three layers. A UserWarning says so; minieagle
+loads such a head, SGLang and vLLM cannot serve it (their fc is [d, 3d]).
 """
 
 from __future__ import annotations
@@ -98,11 +103,21 @@ def _check_vocab_fits(vocab, cfg: Eagle3Config) -> None:
 
 
 def _hf_config(cfg: Eagle3Config, dtype: str) -> dict:
-    """config.json: the head's layer in HF spelling plus what SpecForge/SGLang/vLLM read."""
+    """config.json: the head's layer in HF spelling plus what SpecForge/SGLang/vLLM read (no
+    eagle_config for a one-feature head, which they cannot serve)."""
     layer = cfg.layer
     config = config_to_hf_dict(layer, dtype)
     eagle_config = {"use_aux_hidden_state": True}
-    if cfg.aux_layers[0] >= 1:
+    if cfg.num_features == 1:
+        eagle_config = None
+        warnings.warn(
+            f"aux_layers={cfg.aux_layers} is one target feature; serving engines (SGLang, vLLM) "
+            "fuse exactly three layers, so the head is saved with minieagle's keys only (no "
+            "eagle_config): minieagle loads it, no serving engine can serve it",
+            UserWarning,
+            stacklevel=3,
+        )
+    elif cfg.aux_layers[0] >= 1:
         eagle_config[SERVING_AUX_KEY] = _serving_ids(cfg.aux_layers)
     else:
         warnings.warn(
@@ -124,6 +139,8 @@ def _hf_config(cfg: Eagle3Config, dtype: str) -> dict:
         minieagle_head="eagle3",
         **{AUX_KEY: list(cfg.aux_layers), TIE_KEY: layer.tie_word_embeddings},
     )
+    if eagle_config is None:
+        del config["eagle_config"]
     return config
 
 
@@ -156,7 +173,11 @@ def save_eagle3_head(
     target's V), written as d2t and t2d. target_dir: the target it was trained for; its path and,
     when its weights exist, its `target_fingerprint` are recorded, so `load_eagle3_head(...,
     target_dir=)` can warn about a head used with another target. dtype: storage precision of
-    the weights, one of float32/float16/float64."""
+    the weights, one of float32/float16/float64.
+
+    A one-feature head (cfg.num_features == 1, the paper's ablation head) is written with
+    minieagle's keys only (no eagle_config), and a UserWarning says that serving engines, which
+    fuse exactly three layers, cannot serve it."""
     try:
         dtype = np.dtype(dtype).name
     except TypeError:
@@ -206,9 +227,10 @@ def _example_ids(L: int | None) -> str:
     return str(_serving_ids(default_aux_layers(L)))
 
 
-def _aux_layers(d: dict, target_config: LlamaConfig | None) -> tuple[int, int, int]:
-    """The fused layers (input-of-layer numbering) a config.json records: minieagle_aux_layers,
-    else eagle_config's ids + 1, else the default (2, L//2, L-3) of target_config."""
+def _aux_layers(d: dict, target_config: LlamaConfig | None) -> tuple[int, ...]:
+    """The fused layers (input-of-layer numbering) a config.json records: minieagle_aux_layers
+    (three, or one for a one-feature head), else eagle_config's ids + 1, else the default
+    (2, L//2, L-3) of target_config."""
     eagle_config = d.get("eagle_config")
     if eagle_config is not None and not isinstance(eagle_config, dict):
         raise InvalidInputError(
@@ -238,6 +260,14 @@ def _aux_layers(d: dict, target_config: LlamaConfig | None) -> tuple[int, int, i
             f"{AUX_KEY}); pass target_config= so they default to (2, L//2, L-3) of its "
             "num_hidden_layers, as SGLang and vLLM do"
         )
+    if key == AUX_KEY and len(aux) == 1:  # a one-feature head: any stream, the top one included
+        if aux[0] < 0 or (L is not None and aux[0] > L):
+            raise InvalidInputError(
+                f"{source} names no stream of the target (0 to num_hidden_layers"
+                f"{'' if L is None else f'={L}'}); fix {key}, or train an EAGLE-3 head for this "
+                "target"
+            )
+        return tuple(aux)
     if len(aux) != 3 or aux[0] < 0 or not aux[0] < aux[1] < aux[2]:
         example = _example_ids(L) if key != AUX_KEY else "[2, L//2, L - 3] for L target layers"
         raise InvalidInputError(

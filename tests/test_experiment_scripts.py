@@ -1,0 +1,123 @@
+"""The EAGLE-3 experiment scripts (benchmarks/eagle3_ablation.py, benchmarks/eagle3_scaling.py)
+run end to end in --smoke mode on the shipped target: they write the JSON (and the plot) they
+promise, a second run reuses the trained heads instead of training again (and the scaling script
+its benchmarks too), changed settings on the same --out are refused, and --help shows the
+full-size command."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+from minieagle.errors import InvalidInputError
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture
+def scripts(monkeypatch):
+    """(the ablation module, the scaling module), imported from benchmarks/, and counters of
+    the trainer's and the benchmark's calls made through them."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    ablation = importlib.import_module("eagle3_ablation")
+    scaling = importlib.import_module("eagle3_scaling")
+    calls = {"train": 0, "bench": 0}
+    real_train, real_bench = ablation.train_eagle_head, ablation.compare_methods
+
+    def train(*args, **kwargs):
+        calls["train"] += 1
+        return real_train(*args, **kwargs)
+
+    def bench(*args, **kwargs):
+        calls["bench"] += 1
+        return real_bench(*args, **kwargs)
+
+    monkeypatch.setattr(ablation, "train_eagle_head", train)
+    monkeypatch.setattr(ablation, "compare_methods", bench)
+    return ablation, scaling, calls
+
+
+def _head_files(out: Path) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in sorted(out.glob("*/final/model.safetensors"))}
+
+
+def test_the_ablation_trains_three_heads_once_and_benches_them(scripts, tmp_path, capsys):
+    ablation, _, calls = scripts
+    argv = ["--smoke", "--out", str(tmp_path / "runs"), "--json", str(tmp_path / "a.json")]
+    with pytest.warns(UserWarning, match=r"aux_layers=\(12,\) is one target feature"):
+        results = ablation.main(argv)  # the top-feature head cannot be served: it says so
+    assert calls == {"train": 3, "bench": 2}  # one comparison per prompt set
+    saved = json.loads((tmp_path / "a.json").read_text())
+    assert saved == json.loads(json.dumps(results))
+    assert set(saved) == {"config", "heads", "summary", "bench"}
+    labels = ["eagle2", "eagle3-top", "eagle3"]
+    assert list(saved["heads"]) == list(saved["summary"]) == labels
+    assert [saved["heads"][k]["head"] for k in labels] == ["eagle1", "eagle3", "eagle3"]
+    assert saved["heads"]["eagle3-top"]["aux_layers"] == [12]  # the 12-layer target's top
+    assert saved["heads"]["eagle3"]["aux_layers"] is None  # the default fusion
+    for label in labels:
+        summary = saved["summary"][label]
+        assert summary["train_seconds"] > 0
+        for setting in ("T=0", "T=1"):
+            for name in ("heldout", "ood"):
+                assert summary["tau"][setting][name] >= 1
+                assert len(summary["alpha"][setting][name]) == saved["config"]["depth"] + 1
+    assert set(saved["bench"]) == {"heldout", "ood"}
+    assert set(saved["bench"]["ood"]["T=0"]["all"]) == {"vanilla", *labels}
+    assert "eagle3-top" in capsys.readouterr().out
+
+    trained = _head_files(tmp_path / "runs")
+    assert len(trained) == 3
+    again = ablation.main(argv)
+    assert calls["train"] == 3 and _head_files(tmp_path / "runs") == trained
+    assert all(record["reused"] for record in again["heads"].values())
+    with pytest.raises(InvalidInputError, match=r"eagle2 holds a head trained with .*lr=0\.01 "
+                       r"\(now 0\.02\).* pass the same flags"):  # fmt: skip
+        ablation.main([*argv, "--lr", "0.02"])
+
+
+def test_the_scaling_script_trains_eight_heads_once_and_plots(scripts, tmp_path):
+    _, scaling, calls = scripts
+    out = tmp_path / "runs"
+    argv = ["--smoke", "--out", str(out), "--json", str(tmp_path / "s.json")]
+    argv += ["--plot", str(tmp_path / "plot" / "s.png")]
+    scaling.main(argv)
+    assert calls == {"train": 8, "bench": 8}  # 4 fractions x 2 heads; 4 fractions x 2 sets
+    saved = json.loads((tmp_path / "s.json").read_text())
+    assert set(saved) == {"config", "points", "plot"}
+    assert (tmp_path / "plot" / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    points = saved["points"]
+    assert [(p["head"], p["fraction"]) for p in points] == [
+        (head, fraction) for fraction in (0.125, 0.25, 0.5, 1.0) for head in ("eagle1", "eagle3")
+    ]
+    for p in points:
+        assert {"train_tokens", "tokens_seen", "steps", "train_seconds", "tau", "alpha"} <= set(p)
+        assert p["tau"]["T=0"]["heldout"] >= 1 and p["tau"]["T=0"]["ood"] >= 1
+        assert p["tokens_seen"] == p["steps"] * 2 * 16  # the smoke batch and window
+    tokens = [p["train_tokens"] for p in points if p["head"] == "eagle3"]
+    assert tokens == sorted(tokens) and tokens[-1] > 6 * tokens[0]  # the data grows ~8x
+    steps = [p["steps"] for p in points if p["head"] == "eagle3"]
+    assert steps == sorted(steps) and steps[-1] > steps[0]  # equal passes: steps grow with it
+
+    trained = _head_files(out)
+    assert len(trained) == 8
+    scaling.main(argv)
+    assert calls == {"train": 8, "bench": 8}  # nothing trained or benched again
+    assert _head_files(out) == trained
+
+
+@pytest.mark.parametrize(
+    ("module", "command"),
+    [
+        ("eagle3_ablation", "python benchmarks/eagle3_ablation.py --out runs/eagle3-ablation"),
+        ("eagle3_scaling", "python benchmarks/eagle3_scaling.py --out runs/eagle3-scaling"),
+    ],
+)
+def test_help_shows_the_full_size_command(scripts, capsys, module, command):
+    with pytest.raises(SystemExit) as exit_info:
+        importlib.import_module(module).main(["--help"])
+    assert exit_info.value.code == 0
+    assert f"OPENBLAS_NUM_THREADS=1 {command}" in capsys.readouterr().out
