@@ -29,12 +29,13 @@ from pathlib import Path
 
 from minieagle.bench import heldout_prompts, machine_info
 from minieagle.checkpoint import load_checkpoint
-from minieagle.cli import DEFAULT_HEAD, DEFAULT_MODEL
+from minieagle.cli import DEFAULT_EAGLE3_HEAD, DEFAULT_HEAD, DEFAULT_MODEL
 from minieagle.drafters import build_drafter
 from minieagle.drafters.eagle2 import DEFAULT_DEPTH, DEFAULT_TOTAL_TOKENS
 from minieagle.dynamic_tree import calibration_table
 from minieagle.generate import emitted_per_forward, generate
 from minieagle.heads.eagle1 import load_head
+from minieagle.heads.eagle3_io import load_eagle3_head
 
 
 def _spread(values) -> dict:
@@ -46,7 +47,11 @@ def _label(depth: int, total: int) -> str:
     return f"eagle2[depth={depth},total={total}]"
 
 
-def sweep(params, config, head, prompts, *, depths, totals, top_k, new_tokens, repeats) -> dict:
+def sweep(
+    params, config, head, prompts, *, depths, totals, top_k, new_tokens, repeats, method="eagle2"
+) -> dict:
+    """The grid for `method` ("eagle2": an EAGLE-1 head; "eagle3": an EAGLE-3 head, the same
+    dynamic tree)."""
     """Greedy vanilla and one EAGLE-2 drafter per (depth, total_tokens), side by side.
 
     head: (head params, Eagle1Config). prompts: list of (kind, ids). Returns {"vanilla": ...,
@@ -56,7 +61,7 @@ def sweep(params, config, head, prompts, *, depths, totals, top_k, new_tokens, r
 
     def factory(depth, total):
         return lambda: build_drafter(
-            "eagle2",
+            method,
             target=(params, config),
             head=head,
             depth=depth,
@@ -155,7 +160,7 @@ def format_report(results: dict) -> str:
     cell = {(e["depth"], e["total_tokens"]): e for e in grid}
     header = "depth \\ total" + "".join(f"{t:>19}" for t in totals)
     lines = [
-        f"EAGLE-2 sweep, T = 0, top_k = {s['top_k']}, {s['prompts']} prompts x "
+        f"{s.get('method', 'eagle2')} sweep, T = 0, top_k = {s['top_k']}, {s['prompts']} prompts x "
         f"{s['new_tokens']} tokens, {s['repeats']} repeats; vanilla "
         f"{results['vanilla']['tokens_per_s']['median']:.1f} tokens/s",
         "",
@@ -210,7 +215,17 @@ def format_report(results: dict) -> str:
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="target checkpoint")
-    parser.add_argument("--head", default=str(DEFAULT_HEAD), help="EAGLE-1 head directory")
+    parser.add_argument(
+        "--method",
+        choices=["eagle2", "eagle3"],
+        default="eagle2",
+        help="eagle2 (an EAGLE-1 head) or eagle3 (an EAGLE-3 head): the same dynamic tree",
+    )
+    parser.add_argument(
+        "--head",
+        help=f"head directory (default: {DEFAULT_HEAD.name} for eagle2, "
+        f"{DEFAULT_EAGLE3_HEAD.name} for eagle3)",
+    )
     parser.add_argument(
         "--totals",
         type=int,
@@ -237,7 +252,12 @@ def main(argv=None) -> dict:
             raise SystemExit(f"error: {flag}={getattr(args, name)} is below 1; pass e.g. 3")
 
     params, config, tokenizer = load_checkpoint(args.model)
-    head = load_head(args.head)
+    if args.method == "eagle3":
+        args.head = args.head or str(DEFAULT_EAGLE3_HEAD)
+        head = load_eagle3_head(args.head, target_config=config)
+    else:
+        args.head = args.head or str(DEFAULT_HEAD)
+        head = load_head(args.head)
     prompts = heldout_prompts(tokenizer, per_corpus=args.prompts_per_corpus)
     results = sweep(
         params,
@@ -249,8 +269,10 @@ def main(argv=None) -> dict:
         top_k=args.top_k,
         new_tokens=args.new_tokens,
         repeats=args.repeats,
+        method=args.method,
     )
     results["settings"] = {
+        "method": args.method,
         "model": args.model,
         "head": args.head,
         "top_k": args.top_k,
