@@ -10,6 +10,12 @@ temperature). The root's top-k tokens enter first (depth 1). Then, `depth` times
 candidates of the newest level (the *frontier*) are fed to the head in one forward and each adds
 its own top-k children with score parent + log q. Pool size: k + depth * k^2.
 
+Calibrated scores (`minieagle.calibration`). The value assumes q = the chance the target accepts
+the token. Where it is not, each child's term log q can be replaced by log c(q), c a fitted
+monotone map into (0, 1] (`add_children(..., log_accept=)`): the score becomes the log of the
+estimated chance that the whole path is accepted. Expansion and reranking read only `scores`, so
+both follow; `log_q` keeps the raw draft confidence, from which c is refitted.
+
 Reranking (§4.2). The tree verified is the root plus the `total_tokens - 1` best candidates of
 the *whole* pool (a shallow candidate that was never expanded can beat a deep one), ties broken
 toward the shallower candidate, then listed parents-first.
@@ -32,8 +38,9 @@ from minieagle.tree import Tree
 @dataclass(frozen=True)
 class Pool:
     """Every candidate drafted in one cycle. tokens int [M]; parents int [M] (pool index, -1 =
-    the root); scores float64 [M] (cumulative log q, the log of the node value V_i); log_q
-    float64 [M] (the candidate's own draft log-probability given its parent)."""
+    the root); scores float64 [M] (the log of the node value V_i: the sum along the path of each
+    candidate's log acceptance estimate, log q unless calibrated); log_q float64 [M] (the
+    candidate's own draft confidence, its log-probability given its parent, uncalibrated)."""
 
     tokens: np.ndarray
     parents: np.ndarray
@@ -64,22 +71,34 @@ def top_children(log_q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return order, np.take_along_axis(log_q, order, axis=-1)
 
 
-def add_children(pool: Pool, expanded, tokens: np.ndarray, log_q: np.ndarray) -> Pool:
+def add_children(
+    pool: Pool, expanded, tokens: np.ndarray, log_q: np.ndarray, log_accept=None
+) -> Pool:
     """The pool with the children of the candidates `expanded` (pool indices [F], or [-1] for
     the root) appended: tokens / log_q [F, k], row f the children of expanded[f] in rank order.
-    A child's score is its parent's score (0 at the root) plus its own log q."""
+    A child's score is its parent's score (0 at the root) plus log_accept, its estimated log
+    chance of acceptance given its parent's: [F, k], <= 0; None means log_q (EAGLE-2's
+    assumption that confidence = acceptance), a `Calibration` gives log c(q)."""
     expanded = np.asarray(expanded, dtype=np.int64)  # [F]
-    if tokens.shape != log_q.shape or tokens.shape[0] != len(expanded):
+    log_accept = log_q if log_accept is None else np.asarray(log_accept, dtype=np.float64)
+    if not tokens.shape == log_q.shape == log_accept.shape or tokens.shape[0] != len(expanded):
         raise InvalidInputError(
-            f"tokens {tokens.shape} and log_q {log_q.shape} need one row per expanded node "
-            f"({len(expanded)})"
+            f"tokens {tokens.shape}, log_q {log_q.shape} and log_accept {log_accept.shape} need "
+            f"one row per expanded node ({len(expanded)}) and one column per child"
+        )
+    if (log_accept > 0).any():
+        # A term above 0 would let a child outscore its parent: rerank's top set could then
+        # hold a child without its parent (see rerank).
+        raise InvalidInputError(
+            f"log_accept holds {log_accept.max()} > 0, an acceptance chance above 1; pass log "
+            "probabilities (<= 0), e.g. Calibration.log_acceptance(log_q)"
         )
     parent_scores = np.asarray([pool.scores[e] if e >= 0 else 0.0 for e in expanded])  # [F]
     k = tokens.shape[1]
     return Pool(
         np.concatenate([pool.tokens, tokens.reshape(-1)]),
         np.concatenate([pool.parents, np.repeat(expanded, k)]),
-        np.concatenate([pool.scores, (parent_scores[:, None] + log_q).reshape(-1)]),
+        np.concatenate([pool.scores, (parent_scores[:, None] + log_accept).reshape(-1)]),
         np.concatenate([pool.log_q, log_q.reshape(-1)]),
     )
 
@@ -110,10 +129,11 @@ def rerank(scores: np.ndarray, parents: np.ndarray, count: int) -> np.ndarray:
     depth key keeps the rule true for any pool.)
 
     Why the chosen set is a tree (every chosen node's parent is chosen): a child's score is its
-    parent's plus log q <= 0, and floating-point addition of a non-positive number never rounds
-    above the parent's score, so child score <= parent score; on equality the parent is
-    shallower. Hence every parent ranks strictly before each of its children, and the top
-    `count` of any ranking in which parents precede children is closed under taking parents.
+    parent's plus log q <= 0 (or log c(q) <= 0 for a calibration c <= 1), and floating-point
+    addition of a non-positive number never rounds above the parent's score, so child score <=
+    parent score; on equality the parent is shallower. Hence every parent ranks strictly
+    before each of its children, and the top `count` of any ranking in which parents precede
+    children is closed under taking parents.
     Only expanded nodes have children in the pool, and an expanded node is itself in the pool.
 
     The argument needs scores that never increase along a path. If they do (NaN logits, a
@@ -155,9 +175,10 @@ def rerank(scores: np.ndarray, parents: np.ndarray, count: int) -> np.ndarray:
     return selected[np.lexsort((selected, depth[selected]))]
 
 
-def build_tree(root: int, pool: Pool, selected: np.ndarray) -> Tree:
+def build_tree(root: int, pool: Pool, selected: np.ndarray, proposals=None) -> Tree:
     """The draft tree: node 0 = root, node j + 1 = pool candidate selected[j] (parents-first).
-    Every candidate is a deterministic pick, so proposals are None (the q = 1 rule, §2.5)."""
+    proposals: None when every candidate is a deterministic pick (the q = 1 rule, §2.5), else
+    one entry per pool candidate, the distribution it was drawn from (`Tree.proposals`)."""
     selected = np.asarray(selected, dtype=np.int64)
     node_of = np.full(len(pool) + 1, -1, dtype=np.int64)  # pool index + 1 -> tree node
     node_of[0] = 0  # the root (pool parent -1)
@@ -166,7 +187,8 @@ def build_tree(root: int, pool: Pool, selected: np.ndarray) -> Tree:
     if (parents < 0).any():
         raise InvalidInputError("a selected candidate's parent was not selected; use rerank()")
     tokens = np.concatenate([[root], pool.tokens[selected]])
-    return Tree(tokens, np.concatenate([[-1], parents]))
+    chosen = () if proposals is None else (None, *(proposals[i] for i in selected))
+    return Tree(tokens, np.concatenate([[-1], parents]), chosen)
 
 
 def calibration_table(

@@ -19,6 +19,22 @@ Every pick is deterministic, so the tree carries no proposals: the verifier uses
 lossless at any temperature (facts sheet §2.5). Head forwards per cycle: 1 + depth (fewer near
 the end of the context, where `max_nodes` leaves no room for the deeper levels).
 
+Two options, both off by default (docs/calibration.md):
+  calibration   a `minieagle.calibration.Calibration` fitted for this sampling setting: each
+                child's score term log q becomes log c(q), the measured log chance that the
+                target accepts it; expansion and reranking both rank by these scores. The
+                recorded confidence stays q, so the map can be refitted.
+  sampled_tree  at T > 0, each expanded node's children are drawn without replacement from the
+                draft distribution processed like the target's, each carrying the distribution
+                it was drawn from (EAGLE-1's rule, `Eagle1Drafter._children`), so the verifier
+                accepts child x with min(1, p(x)/q(x)) instead of p(x). Their scores must not
+                depend on which tokens were drawn (a token-dependent choice of which draws to
+                keep would bias the verified tokens), so each draw's confidence is fixed before
+                it is drawn: 1 for the first (a sample of q itself, which a target equal to the
+                draft would accept surely), the j-th largest processed draft probability for
+                draw j > 1; the score term is its log, or its calibrated log. Greedy decoding
+                ignores the option.
+
 Hyperparameters, named and counted as in the official code and the serving engines:
   depth         expansion steps (head forwards after the catch-up); the tree is up to depth + 1
                 drafts deep (the paper's "tree depth 6" is depth=5).
@@ -36,7 +52,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from minieagle.calibration import Calibration, setting_name
 from minieagle.config import LlamaConfig
+from minieagle.drafters.eagle1 import Eagle1Drafter
 from minieagle.drafters.head_drafter import HeadDrafter
 from minieagle.dynamic_tree import (
     add_children,
@@ -48,7 +66,7 @@ from minieagle.dynamic_tree import (
     top_children,
 )
 from minieagle.errors import InvalidInputError
-from minieagle.sampling import Randomness
+from minieagle.sampling import Randomness, SamplingParams, top_k_indices
 from minieagle.tree import Tree, children
 
 DEFAULT_DEPTH = 5
@@ -71,7 +89,8 @@ class Eagle2Drafter(HeadDrafter):
     draft_logits: as in `HeadDrafter` (NaN rows for nodes never fed). pool: the last cycle's
     `dynamic_tree.Pool`, selected: the pool indices of the tree's drafts (node j + 1 is
     pool candidate selected[j]). calibration_records: (confidence, accepted) per verified node
-    whose parent was accepted, appended in `accept`; feed to `dynamic_tree.calibration_table`.
+    whose parent was accepted, appended in `accept`; feed to `dynamic_tree.calibration_table`
+    or `calibration.fit_calibration`. calibration, sampled_tree: see the module docstring.
     """
 
     def __init__(
@@ -85,10 +104,19 @@ class Eagle2Drafter(HeadDrafter):
         depth: int = DEFAULT_DEPTH,
         top_k: int = DEFAULT_TOP_K,
         total_tokens: int = DEFAULT_TOTAL_TOKENS,
+        calibration: Calibration | None = None,
+        sampled_tree: bool = False,
     ):
         _check_positive("depth", depth, 1, "expansion steps such as 5")
         _check_positive("top_k", top_k, 1, "a branching such as 8")
         _check_positive("total_tokens", total_tokens, 2, "nodes verified (root included), e.g. 26")
+        if calibration is not None and not isinstance(calibration, Calibration):
+            raise InvalidInputError(
+                f"calibration is a {type(calibration).__name__}; pass a "
+                "minieagle.calibration.Calibration (fit_calibration or load_calibration) or None"
+            )
+        if not isinstance(sampled_tree, bool):
+            raise InvalidInputError(f"sampled_tree={sampled_tree!r} must be True or False")
         if top_k > total_tokens - 1:
             # More candidates per level than the tree can keep only cost time: the expansion
             # grows with top_k squared, and at most total_tokens - 1 drafts are kept.
@@ -99,10 +127,22 @@ class Eagle2Drafter(HeadDrafter):
             )
         super().__init__(target_params, target_config, head, head_cfg, vocab)
         self.depth, self.top_k, self.total_tokens = depth, top_k, total_tokens
+        self.calibration, self.sampled_tree = calibration, sampled_tree
         self.draft_slots = depth * top_k  # the frontier nodes fed to the head each cycle
         self.pool, self.selected = None, None
         self.calibration_records: list[tuple[float, bool]] = []
         self._verified = None  # (tree, confidence [N]) of the last proposal
+
+    def begin(self, prompt_ids, features, sampling: SamplingParams) -> None:
+        if self.calibration is not None:
+            want = setting_name(sampling, sampled_tree=self.sampled_tree)
+            if self.calibration.setting != want:
+                raise InvalidInputError(
+                    f"the calibration was fitted for {self.calibration.setting!r} but this "
+                    f"decoding is {want!r}; pass the calibration fitted for {want!r} (one per "
+                    "sampling setting) or none"
+                )
+        super().begin(prompt_ids, features, sampling)
 
     def propose(self, root: int, rng: Randomness, max_nodes: int) -> Tree:
         self._verified = None
@@ -113,20 +153,20 @@ class Eagle2Drafter(HeadDrafter):
         k = self.top_k
         f_root, root_logits = self.root_prediction
         predicted, logits, slot = {0: f_root}, {0: root_logits}, {}  # by node id = pool index + 1
-        tokens, log_q = top_children(log_softmax(root_logits[None, :]), k)  # [1, k]
-        pool = add_children(empty_pool(), [-1], tokens, log_q)
+        proposals = [] if self.sampled_tree and not self.sampling.greedy else None
+        pool = self._add_level(empty_pool(), [-1], root_logits[None, :], rng, proposals)
         frontier = next_frontier(pool, 0, k)
         for _ in range(steps):
             fed = [int(i) + 1 for i in frontier]
             node_tokens = [root, *pool.tokens.tolist()]
             node_parents = [-1, *(pool.parents + 1).tolist()]
             self._feed_level(fed, node_tokens, node_parents, predicted, logits, slot)
-            tokens, log_q = top_children(log_softmax(np.stack([logits[n] for n in fed])), k)
             start = len(pool)
-            pool = add_children(pool, frontier, tokens, log_q)  # [F, k] children appended
+            rows = np.stack([logits[n] for n in fed])  # [F, V]
+            pool = self._add_level(pool, frontier, rows, rng, proposals)  # children appended
             frontier = next_frontier(pool, start, k)
         selected = rerank(pool.scores, pool.parents, drafts)
-        tree = build_tree(root, pool, selected)
+        tree = build_tree(root, pool, selected, proposals)
         self.pool, self.selected = pool, selected
         self.draft_logits = np.full((len(tree), self.target_config.vocab_size), np.nan)
         for node, candidate in enumerate([-1, *selected.tolist()]):
@@ -141,6 +181,42 @@ class Eagle2Drafter(HeadDrafter):
             self.calibration_records += _reached_nodes(*self._verified, tokens)
             self._verified = None
         super().accept(tokens, features, next_token)
+
+    def _add_level(self, pool, expanded, logits: np.ndarray, rng: Randomness, proposals):
+        """The pool with the children of `expanded` (pool indices [F], [-1] = the root) whose
+        head logits are `logits` [F, V]: each node's top_k tokens, or, when `proposals` is a
+        list (the sampled tree), top_k draws, whose proposals are appended to it."""
+        log_q = log_softmax(logits)  # [F, V]
+        if proposals is None:
+            tokens, confidence = top_children(log_q, self.top_k)  # [F, k]
+            return add_children(
+                pool, expanded, tokens, confidence, self._log_accept(log_q, tokens, confidence)
+            )
+        # An EAGLE-3 head's logits are -inf outside its draft vocabulary: weight 0 there.
+        finite = np.where(np.isneginf(logits), np.finfo(np.float64).min, logits)  # [F, V]
+        for parent, row, row_log_q in zip(expanded, finite, log_q, strict=True):
+            drawn = Eagle1Drafter._children(self, row, self.top_k, rng)  # EAGLE-1's draws
+            tokens = np.asarray([[token for token, _ in drawn]])  # [1, m]
+            q = drawn[0][1]  # [V] the processed draft distribution, the first draw's proposal
+            confidence = np.log(self._draw_confidence(q, len(drawn)))[None, :]  # [1, m]
+            log_accept = self._log_accept(row_log_q[None, :], tokens, confidence)
+            pool = add_children(pool, [parent], tokens, confidence, log_accept)
+            proposals += [proposal for _, proposal in drawn]
+        return pool
+
+    def _draw_confidence(self, q: np.ndarray, count: int) -> np.ndarray:
+        """Confidences [count] of the draws from the processed draft distribution q [V], fixed
+        before drawing (module docstring): the first draw 1, draw j > 1 the j-th largest q."""
+        confidence = q[top_k_indices(q, count)]
+        confidence[0] = 1.0
+        return confidence
+
+    def _log_accept(self, log_q, tokens, confidence) -> np.ndarray:
+        """The children's score terms [F, k]: their log confidence (EAGLE-2), or its calibrated
+        log acceptance. log_q [F, V]: the head's log-softmax at their parents; tokens [F, k]."""
+        if self.calibration is None:
+            return confidence
+        return self.calibration.log_acceptance(confidence)
 
 
 def _reached_nodes(tree: Tree, confidence: np.ndarray, kept_tokens) -> list[tuple[float, bool]]:

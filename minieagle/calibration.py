@@ -1,0 +1,312 @@
+"""Calibrating the draft's confidence into an acceptance probability for EAGLE-2's tree.
+
+EAGLE-2 (Li et al. 2024b, §3) ranks candidates by their value V = Π q along the path, on the
+claim that the draft's confidence q is about the chance the target accepts the token. How true
+that is depends on the sampling setting: at T = 1 a top-k child x is accepted with probability
+p(x), the target's own probability, so a head that matches the target sits on the diagonal; at
+T = 0 a child is accepted iff it is the target's argmax, which a flat but agreeing target
+grants far more often than q says (docs/eagle2.md, "Calibration"). A *calibration* c is the
+measured map from confidence to acceptance, one per sampling setting; the tree then ranks by
+Σ log c(q) along the path (`Eagle2Drafter(..., calibration=)`).
+
+Fitting (`fit_calibration`): isotonic regression of the recorded (confidence, accepted) pairs,
+i.e. the non-decreasing function of q closest to the 0/1 outcomes in weighted least squares,
+computed by pool-adjacent-violators. The data are first joined by a weak prior: pseudo-records
+(g, g) on a grid g = 0, 0.05, ..., 1 (EAGLE-2's own assumption, acceptance = q), so that where
+the data are thin the map stays near the uncalibrated score. Each pooled block becomes one knot
+(its mean confidence, its acceptance rate); c is the piecewise-linear interpolation of the knots,
+constant beyond the first and last. Values are clipped to [epsilon, 1]:
+
+- c <= 1, so log c <= 0 and a child never outscores its parent: the reranked top set stays a
+  connected tree (the argument of `dynamic_tree.rerank`; ties go to the shallower node there).
+- c >= epsilon > 0, so log c is finite: a finite sample never proves a token impossible, and a
+  -inf score would erase the ranking below it.
+- c non-decreasing, so the top-k children by q are the top-k by c(q): the expansion, which takes
+  each node's top-k tokens, drafts the candidates the calibrated ranking wants.
+
+Calibration changes only which deterministic tree is drafted, never how it is verified, so the
+decoding stays lossless (docs/calibration.md).
+
+Calibrations are fitted on TRAINING prompts only (`training_prompts`: windows of the corpora's
+train split), never on the held-out test-split prompts the benchmarks report on, and saved as a
+small JSON (`save_calibration`, `load_calibration`) naming the sampling setting (`setting_name`)
+and the head (a fingerprint string the caller passes, e.g. `checkpoint.target_fingerprint` of
+the head's directory).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from minieagle.errors import InvalidInputError
+from minieagle.sampling import SamplingParams
+
+FORMAT = "minieagle-calibration"
+VERSION = 1
+DEFAULT_EPSILON = 1e-3
+DEFAULT_PRIOR_WEIGHT = 1.0  # pseudo-records per prior point: 21 in all, against thousands
+PRIOR_POINTS = np.linspace(0.0, 1.0, 21)  # [21] confidences where acceptance = q is assumed
+
+
+@dataclass(frozen=True, eq=False)  # knots are arrays: compare them with np.array_equal
+class Calibration:
+    """A monotone map from draft confidence q to acceptance probability, for one sampling
+    setting. confidence: float64 [K] knots, strictly increasing in [0, 1]; acceptance: float64
+    [K], non-decreasing in (0, 1]. setting: `setting_name` of the sampling it was fitted for;
+    records: how many (confidence, accepted) pairs it was fitted on; head: a fingerprint of the
+    draft head the records came from ("" if unknown). Call it on q; `log_acceptance` on log q."""
+
+    confidence: np.ndarray
+    acceptance: np.ndarray
+    setting: str
+    records: int = 0
+    head: str = ""
+
+    def __post_init__(self) -> None:
+        x = _frozen_vector("confidence", self.confidence)
+        y = _frozen_vector("acceptance", self.acceptance)
+        if len(x) != len(y) or len(x) == 0:
+            raise InvalidInputError(
+                f"a calibration needs as many acceptance values ({len(y)}) as confidence knots "
+                f"({len(x)}), at least one; fit one with fit_calibration(records, setting=...)"
+            )
+        if x[0] < 0 or x[-1] > 1 or (np.diff(x) <= 0).any():
+            raise InvalidInputError(
+                f"confidence knots {x.tolist()} must increase strictly within [0, 1]; fit the "
+                "calibration with fit_calibration"
+            )
+        if (np.diff(y) < 0).any():
+            i = int(np.flatnonzero(np.diff(y) < 0)[0])
+            raise InvalidInputError(
+                f"acceptance falls from {y[i]} to {y[i + 1]} between confidence {x[i]} and "
+                f"{x[i + 1]}; a calibration must be non-decreasing (a more confident draft is "
+                "never ranked below a less confident sibling), fit it with fit_calibration"
+            )
+        if y[0] <= 0 or y[-1] > 1:
+            raise InvalidInputError(
+                f"acceptance values span [{y[0]}, {y[-1]}], outside (0, 1]: above 1 a child "
+                "could outscore its parent and disconnect the reranked tree, 0 gives log 0 = "
+                "-inf; clip them to [epsilon, 1] (fit_calibration does)"
+            )
+        if not isinstance(self.setting, str) or not self.setting:
+            raise InvalidInputError(
+                f"setting={self.setting!r} must name the sampling setting, e.g. 'T=0' "
+                "(setting_name(sampling))"
+            )
+        if isinstance(self.records, bool) or not isinstance(self.records, int | np.integer):
+            raise InvalidInputError(f"records={self.records!r} must be a count of records")
+        object.__setattr__(self, "confidence", x)
+        object.__setattr__(self, "acceptance", y)
+
+    def __call__(self, confidence) -> np.ndarray:
+        """c(q): float64, the shape of `confidence`, in [acceptance[0], acceptance[-1]]."""
+        return np.interp(np.asarray(confidence, dtype=np.float64), self.confidence, self.acceptance)
+
+    def log_acceptance(self, log_confidence) -> np.ndarray:
+        """log c(exp(log q)): the calibrated score term, finite and <= 0."""
+        return np.log(self(np.exp(np.asarray(log_confidence, dtype=np.float64))))
+
+
+def _frozen_vector(name: str, values) -> np.ndarray:
+    try:
+        x = np.array(values, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as e:
+        raise InvalidInputError(f"{name} knots must be numbers ({e})") from e
+    if not np.isfinite(x).all():
+        raise InvalidInputError(f"{name} knots {x.tolist()} hold NaN or inf; refit the calibration")
+    x.setflags(write=False)  # a fitted map is not edited in place (its checks ran once)
+    return x
+
+
+def setting_name(sampling: SamplingParams, *, sampled_tree: bool = False) -> str:
+    """The label a calibration is fitted for: "T=0" (greedy), "T=1", "T=0.7,top_k=50,top_p=0.9"
+    (filters named when on), with ",sampled" for EAGLE-2's sampled tree at T > 0, whose
+    confidences mean something else (`Eagle2Drafter(sampled_tree=True)`)."""
+    if sampling.greedy:
+        return "T=0"
+    parts = [f"T={sampling.temperature:g}"]
+    if sampling.top_k:
+        parts.append(f"top_k={sampling.top_k}")
+    if sampling.top_p < 1:
+        parts.append(f"top_p={sampling.top_p:g}")
+    if sampled_tree:
+        parts.append("sampled")
+    return ",".join(parts)
+
+
+def _pool_adjacent_violators(y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted isotonic regression of y [n] in its given order: the non-decreasing sequence
+    minimising Σ w (fit - y)^2. Returns (block means [B], block sizes [B]): the fit is each
+    mean repeated over its block. Adjacent blocks are pooled while the earlier mean is >= the
+    later one, so the block means increase strictly."""
+    sums, weights, sizes = [], [], []  # per block: Σ w y, Σ w, points
+    for yi, wi in zip(y.tolist(), w.tolist(), strict=True):
+        sums.append(wi * yi)
+        weights.append(wi)
+        sizes.append(1)
+        while len(sums) > 1 and sums[-2] * weights[-1] >= sums[-1] * weights[-2]:
+            last_sum, last_weight, last_size = sums.pop(), weights.pop(), sizes.pop()
+            sums[-1] += last_sum
+            weights[-1] += last_weight
+            sizes[-1] += last_size
+    return np.asarray(sums) / np.asarray(weights), np.asarray(sizes)
+
+
+def fit_calibration(
+    records,
+    *,
+    setting: str,
+    head: str = "",
+    prior_weight: float = DEFAULT_PRIOR_WEIGHT,
+    epsilon: float = DEFAULT_EPSILON,
+) -> Calibration:
+    """The isotonic calibration of `records`, (confidence, accepted) pairs such as
+    `Eagle2Drafter.calibration_records` (one per verified node whose parent was accepted).
+
+    setting: the sampling setting the records were made under (`setting_name`); head: a
+    fingerprint of the head. prior_weight: weight of each of the 21 diagonal pseudo-records (0:
+    none); epsilon: the least acceptance a knot may claim, in (0, 1). See the module docstring.
+    """
+    if not 0 < epsilon < 1:
+        raise InvalidInputError(f"epsilon={epsilon} is outside (0, 1); pass a small value, 1e-3")
+    if not prior_weight >= 0:  # also refuses NaN
+        raise InvalidInputError(f"prior_weight={prior_weight} is negative; pass 0 or e.g. 1.0")
+    data = np.asarray([(float(q), float(a)) for q, a in records], dtype=np.float64)
+    data = data.reshape(-1, 2)  # [R, (confidence, accepted)]
+    if len(data) == 0:
+        raise InvalidInputError(
+            "no records to fit; decode some training prompts with an Eagle2Drafter first and "
+            "pass its calibration_records"
+        )
+    bad = ~((data[:, 0] >= 0) & (data[:, 0] <= 1) & np.isin(data[:, 1], (0.0, 1.0)))
+    if bad.any():
+        q, a = data[np.flatnonzero(bad)[0]]
+        raise InvalidInputError(
+            f"record (confidence={q}, accepted={a}) is not a probability in [0, 1] with a "
+            "0/1 outcome; pass (q, bool) pairs as calibration_records holds them"
+        )
+    x = np.concatenate([data[:, 0], PRIOR_POINTS])  # [R + 21]
+    y = np.concatenate([data[:, 1], PRIOR_POINTS])  # the prior: acceptance = confidence
+    w = np.concatenate([np.ones(len(data)), np.full(len(PRIOR_POINTS), float(prior_weight))])
+    keep = w > 0
+    x, y, w = x[keep], y[keep], w[keep]
+    # Equal confidences form one point: knots must not repeat a confidence.
+    unique_x, which = np.unique(x, return_inverse=True)  # sorted [U]
+    point_w = np.bincount(which, weights=w)  # [U]
+    point_y = np.bincount(which, weights=w * y) / point_w
+    means, sizes = _pool_adjacent_violators(point_y, point_w)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])  # [B]
+    knot_x = np.add.reduceat(point_w * unique_x, starts) / np.add.reduceat(point_w, starts)
+    # Rounding can let two block means of confidence touch; they are one knot then.
+    knot_x, first = np.unique(knot_x, return_index=True)
+    return Calibration(
+        knot_x, np.clip(means[first], epsilon, 1.0), setting, records=len(data), head=head
+    )
+
+
+def save_calibration(calibration: Calibration, path) -> Path:
+    """Write `calibration` as a small JSON file at `path`; returns the path."""
+    path = Path(path)
+    document = {
+        "format": FORMAT,
+        "version": VERSION,
+        "setting": calibration.setting,
+        "head": calibration.head,
+        "records": int(calibration.records),
+        "knots": {
+            "confidence": calibration.confidence.tolist(),
+            "acceptance": calibration.acceptance.tolist(),
+        },
+    }
+    path.write_text(json.dumps(document, indent=1) + "\n")
+    return path
+
+
+def load_calibration(path, *, setting: str | None = None, head: str | None = None) -> Calibration:
+    """Read a file written by `save_calibration`. setting / head, when given, must be the ones
+    it was fitted for (a calibration of another setting or head ranks candidates wrongly)."""
+    from minieagle.checkpoint import read_config_json
+
+    path = Path(path)
+    d = read_config_json(path, fix_missing="fit one: python benchmarks/eagle2_calibration.py")
+    if d.get("format") != FORMAT or d.get("version") != VERSION:
+        raise InvalidInputError(
+            f"{path} is not a {FORMAT} version {VERSION} file (format={d.get('format')!r}, "
+            f"version={d.get('version')!r}); write it with save_calibration"
+        )
+    try:
+        knots = d["knots"]
+        calibration = Calibration(
+            knots["confidence"], knots["acceptance"], d["setting"], d["records"], d["head"]
+        )
+    except (KeyError, TypeError) as e:
+        raise InvalidInputError(f"{path} lacks {e}; write it with save_calibration") from e
+    except InvalidInputError as e:
+        raise InvalidInputError(f"{path}: {e}") from e
+    for name, want in (("setting", setting), ("head", head)):
+        got = getattr(calibration, name)
+        if want is not None and got != want:
+            raise InvalidInputError(
+                f"{path} was fitted for {name} {got!r}, not {want!r}; load or fit the "
+                f"calibration for {want!r}"
+            )
+    return calibration
+
+
+def training_prompts(
+    tokenizer, corpus: str, count: int, length: int = 32, seed: int = 0
+) -> list[tuple[str, list[int]]]:
+    """(corpus, ids): `count` prompts of `length` tokens (<bos> first) cut from random places
+    of `corpus`'s TRAIN split ("prose" or "code"), each window starting at a line start, from
+    distinct documents chosen with `seed`. Never the test split that `bench.heldout_prompts`
+    reports on: a calibration fitted on the prompts it is judged on would flatter itself."""
+    from minieagle.data import load_split
+
+    for name, value, least in (("count", count, 1), ("length", length, 2)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise InvalidInputError(f"{name}={value!r} must be an integer >= {least}, e.g. 16")
+    span = 8 * length  # characters: comfortably more than `length` tokens
+    documents = [d for d in load_split(corpus, "train") if len(d.text) >= 2 * span]
+    if count > len(documents):
+        raise InvalidInputError(
+            f"count={count} exceeds the {len(documents)} {corpus} training documents of at "
+            f"least {2 * span} characters; pass count <= {len(documents)} or a smaller length"
+        )
+    rng = np.random.default_rng(seed)
+    prompts = []
+    for index in rng.choice(len(documents), size=count, replace=False):
+        text = documents[index].text
+        start = int(rng.integers(0, len(text) - 2 * span))
+        line = text.find("\n", start, start + span)  # start at the next line, if one is near
+        start = line + 1 if line >= 0 else start
+        ids = tokenizer.encode(text[start : start + span], add_bos=True)[:length]
+        prompts.append((corpus, ids))
+    return prompts
+
+
+def record_calibration(
+    params, config, make_drafter, prompts, sampling: SamplingParams, *, new_tokens: int, seed=0
+) -> list[tuple[float, bool]]:
+    """The calibration records of decoding each prompt ((kind, ids) pairs) with a fresh
+    drafter from `make_drafter()` (an `Eagle2Drafter`), prompt i with seed `seed + i`."""
+    from minieagle.generate import generate
+
+    records = []
+    for i, (_, ids) in enumerate(prompts):
+        drafter = make_drafter()
+        generate(
+            params,
+            config,
+            ids,
+            drafter=drafter,
+            max_new_tokens=new_tokens,
+            sampling=sampling,
+            seed=seed + i,
+            stop_at_eos=False,
+        )
+        records += drafter.calibration_records
+    return records

@@ -1,0 +1,446 @@
+"""Calibrated scores for EAGLE-2's dynamic tree (minieagle.calibration), and the sampled tree.
+
+- Pool-adjacent-violators equals the max-min formula of weighted isotonic regression (an
+  independent oracle); fitted maps are non-decreasing, within [epsilon, 1], and reproduce the
+  acceptance rates of dense data; files round-trip and refuse the wrong setting or head.
+- Calibrated pools: rerank always gives a connected tree of the exact size, parents first, and
+  it is the top of the calibrated ranking (the guard never fires). Negative controls: a map
+  above 1 or a non-monotone map is refused, and each is shown to break what it would break
+  (a disconnected top set caught by the connectivity check; an expansion that drafts the wrong
+  children).
+- The drafter: scores are Σ log c(q) along the path while the recorded confidence stays q; the
+  calibration changes the trees; greedy decoding with it is the greedy reference; at T > 0 the
+  exact law of the emitted tokens is the target's.
+- The sampled tree (`sampled_tree=True`) carries proposals and keeps the exact law; scoring the
+  draws by the drawn tokens' own q breaks it (caught by the law check).
+- Training prompts come from the train split only.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_eagle2 import LAW_CASES, LOGIT_VALUES, _assert_valid_selection, _key
+from tiny_eagle import CONFIG, HEAD, HEAD_CFG, LAW_TOLERANCE, TARGET, V
+from tiny_eagle import run as _run
+
+from minieagle import dynamic_tree as dt
+from minieagle import tree as trees
+from minieagle.calibration import (
+    PRIOR_POINTS,
+    Calibration,
+    _pool_adjacent_violators,
+    fit_calibration,
+    load_calibration,
+    save_calibration,
+    setting_name,
+    training_prompts,
+)
+from minieagle.drafters.eagle2 import Eagle2Drafter
+from minieagle.errors import InvalidInputError
+from minieagle.generate import greedy_reference
+from minieagle.sampling import SamplingParams, SeededRandomness
+from minieagle.testing import generation_law, target_law, total_variation
+
+# A map far from the identity: confidence matters little (the tiny head is nearly one-hot, so
+# a map that only reshapes the middle would leave its trees unchanged).
+KNOTS = ([0.0, 0.2, 1.0], [0.3, 0.5, 0.6])
+
+
+def _calibration(sampling=None, sampled_tree=False) -> Calibration:
+    setting = setting_name(sampling or SamplingParams(), sampled_tree=sampled_tree)
+    return Calibration(*KNOTS, setting)
+
+
+def _drafter(depth=2, top_k=3, total_tokens=10, cls=Eagle2Drafter, **options):
+    return cls(
+        TARGET, CONFIG, HEAD, HEAD_CFG, depth=depth, top_k=top_k, total_tokens=total_tokens,
+        **options,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- fitting
+
+
+def _isotonic_oracle(y, w) -> np.ndarray:
+    """Weighted isotonic regression by the max-min formula: fit_i = max over s <= i of min
+    over t >= i of the weighted mean of y[s..t]. O(n^3), obviously right."""
+    n = len(y)
+
+    def mean(s, t):
+        return np.dot(w[s : t + 1], y[s : t + 1]) / w[s : t + 1].sum()
+
+    return np.array([max(min(mean(s, t) for t in range(i, n)) for s in range(i + 1))
+                     for i in range(n)])  # fmt: skip
+
+
+@settings(max_examples=100)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 0.5, 1.0, 0.25]), st.sampled_from([0.5, 1, 3])),
+                min_size=1, max_size=12))  # fmt: skip
+def test_pool_adjacent_violators_is_isotonic_regression(points):
+    y, w = (np.asarray(v, dtype=np.float64) for v in zip(*points, strict=True))
+    means, sizes = _pool_adjacent_violators(y, w)
+    fit = np.repeat(means, sizes)
+    np.testing.assert_allclose(fit, _isotonic_oracle(y, w), rtol=0, atol=1e-12)
+    assert (np.diff(means) > 0).all()  # pooled until strictly increasing: one knot per level
+
+
+@settings(max_examples=100)
+@given(st.lists(st.tuples(st.floats(0, 1), st.booleans()), min_size=1, max_size=60),
+       st.sampled_from([0.0, 1.0, 5.0]))  # fmt: skip
+def test_fitted_maps_are_monotone_within_epsilon_and_one(records, prior_weight):
+    calibration = fit_calibration(records, setting="T=0", prior_weight=prior_weight)
+    grid = np.linspace(-0.1, 1.1, 241)
+    values = calibration(grid)
+    assert (np.diff(values) >= 0).all()
+    assert values.min() >= 1e-3 and values.max() <= 1.0
+    assert np.isfinite(calibration.log_acceptance(np.log(np.linspace(1e-12, 1, 50)))).all()
+    assert calibration.records == len(records)
+
+
+def test_the_fit_reproduces_dense_rates_and_pools_violators():
+    dense = [(0.1, i < 60) for i in range(100)] + [(0.5, i < 90) for i in range(100)]
+    calibration = fit_calibration(dense, setting="T=0", prior_weight=0)
+    np.testing.assert_allclose(calibration([0.0, 0.1, 0.3, 0.5, 1.0]), [0.6, 0.6, 0.75, 0.9, 0.9])
+    # The prior (acceptance = q at 21 points, weight 1 each) barely moves the knots of 200
+    # records; between them, where there are no data, it pulls the map toward the diagonal.
+    shrunk = fit_calibration(dense, setting="T=0")
+    for q, rate in ((0.1, 0.6), (0.5, 0.9)):
+        knot = np.argmin(np.abs(shrunk.confidence - q))
+        assert abs(shrunk.confidence[knot] - q) < 0.02
+        assert abs(shrunk.acceptance[knot] - rate) < 0.03
+    # A violator: more confident, less accepted; the two pool into one level.
+    violating = [(0.1, i < 80) for i in range(100)] + [(0.5, i < 40) for i in range(100)]
+    pooled = fit_calibration(violating, setting="T=0", prior_weight=0)
+    np.testing.assert_allclose(pooled([0.0, 0.3, 1.0]), 0.6)
+    # Never accepted: clipped to epsilon, so log c stays finite.
+    never = fit_calibration([(0.5, False)] * 10, setting="T=0", prior_weight=0, epsilon=1e-3)
+    np.testing.assert_allclose(never([0.0, 1.0]), 1e-3)
+    # Sparse data: the prior keeps the map near the diagonal.
+    sparse = fit_calibration([(0.9, True)], setting="T=0")
+    assert abs(float(sparse(0.5)) - 0.5) < 0.05
+    assert len(PRIOR_POINTS) == 21
+
+
+def test_files_round_trip_and_refuse_the_wrong_setting_or_head(tmp_path):
+    calibration = fit_calibration([(0.2, True), (0.4, False)] * 5, setting="T=1", head="abc")
+    path = save_calibration(calibration, tmp_path / "c.json")
+    document = json.loads(path.read_text())
+    assert document["setting"] == "T=1" and document["head"] == "abc"
+    assert document["records"] == 10
+    loaded = load_calibration(path, setting="T=1", head="abc")
+    np.testing.assert_array_equal(loaded.confidence, calibration.confidence)
+    np.testing.assert_array_equal(loaded.acceptance, calibration.acceptance)
+    with pytest.raises(InvalidInputError, match="fitted for setting 'T=1', not 'T=0'"):
+        load_calibration(path, setting="T=0")
+    with pytest.raises(InvalidInputError, match="fitted for head 'abc', not 'xyz'"):
+        load_calibration(path, head="xyz")
+    document["knots"]["acceptance"][-1] = 1.5
+    path.write_text(json.dumps(document))
+    with pytest.raises(InvalidInputError, match=r"c.json: acceptance values span .* outside"):
+        load_calibration(path)
+    path.write_text(json.dumps({"format": "other"}))
+    with pytest.raises(InvalidInputError, match="not a minieagle-calibration version 1 file"):
+        load_calibration(path)
+
+
+@pytest.mark.parametrize(
+    ("knots", "message"),
+    [
+        (([0.1, 0.5], [0.5, 2.0]), r"acceptance values span \[0.5, 2.0\], outside \(0, 1\]"),
+        (([0.1, 0.5], [0.0, 0.5]), r"acceptance values span \[0.0, 0.5\], outside \(0, 1\]"),
+        (([0.1, 0.5], [0.9, 0.2]), "acceptance falls from 0.9 to 0.2"),
+        (([0.5, 0.1], [0.2, 0.9]), "must increase strictly within"),
+        (([0.1, 1.5], [0.2, 0.9]), "must increase strictly within"),
+        (([0.1, np.nan], [0.2, 0.9]), "NaN or inf"),
+        (([0.1], [0.2, 0.9]), "as many acceptance values"),
+    ],
+)
+def test_bad_maps_are_refused(knots, message):
+    with pytest.raises(InvalidInputError, match=message):
+        Calibration(*knots, "T=0")
+
+
+@pytest.mark.parametrize(
+    ("records", "kwargs", "message"),
+    [
+        ([], {}, "no records to fit"),
+        ([(1.5, True)], {}, r"record \(confidence=1.5, accepted=1.0\) is not a probability"),
+        ([(0.5, 0.3)], {}, "0/1 outcome"),
+        ([(0.5, True)], {"epsilon": 0.0}, r"epsilon=0.0 is outside \(0, 1\)"),
+        ([(0.5, True)], {"prior_weight": -1.0}, "prior_weight=-1.0 is negative"),
+    ],
+)
+def test_bad_records_are_refused(records, kwargs, message):
+    with pytest.raises(InvalidInputError, match=message):
+        fit_calibration(records, setting="T=0", **kwargs)
+
+
+def test_setting_names():
+    assert setting_name(SamplingParams()) == "T=0"
+    assert setting_name(SamplingParams(), sampled_tree=True) == "T=0"  # greedy ignores it
+    assert setting_name(SamplingParams(temperature=1.0)) == "T=1"
+    assert setting_name(SamplingParams(temperature=0.7, top_k=4, top_p=0.95), sampled_tree=True) \
+        == "T=0.7,top_k=4,top_p=0.95,sampled"  # fmt: skip
+
+
+# ---------------------------------------------------------------------------- calibrated pools
+
+
+@st.composite
+def calibrations(draw):
+    """A random valid map; values of exactly 1 make log c = 0 ties between parent and child."""
+    size = draw(st.integers(1, 5))
+    x = np.unique(draw(st.lists(st.sampled_from(np.linspace(0, 1, 11).tolist()),
+                                min_size=size, max_size=size)))  # fmt: skip
+    y = np.sort(draw(st.lists(st.sampled_from([1e-3, 0.05, 0.3, 0.7, 1.0, 1.0]),
+                              min_size=len(x), max_size=len(x))))  # fmt: skip
+    return Calibration(x, y, "T=0")
+
+
+@st.composite
+def calibrated_pools(draw):
+    """A pool grown by the real expansion bookkeeping, scored by a random calibration."""
+    calibration = draw(calibrations())
+    k, vocab, steps = draw(st.integers(1, 4)), draw(st.integers(1, 6)), draw(st.integers(0, 3))
+
+    def children_of(rows):
+        logits = draw(st.lists(LOGIT_VALUES, min_size=rows * vocab, max_size=rows * vocab))
+        tokens, log_q = dt.top_children(dt.log_softmax(np.reshape(logits, (rows, vocab))), k)
+        return tokens, log_q, calibration.log_acceptance(log_q)
+
+    pool = dt.add_children(dt.empty_pool(), [-1], *children_of(1))
+    frontier = dt.next_frontier(pool, 0, k)
+    for _ in range(steps):
+        start = len(pool)
+        pool = dt.add_children(pool, frontier, *children_of(len(frontier)))
+        frontier = dt.next_frontier(pool, start, k)
+    return pool, calibration
+
+
+@settings(deadline=None, max_examples=100)
+@given(calibrated_pools(), st.integers(2, 40))
+def test_calibrated_rerank_is_a_connected_tree_of_the_top_values(grown, total_tokens):
+    pool, calibration = grown
+    selected = dt.rerank(pool.scores, pool.parents, total_tokens - 1)
+    _assert_valid_selection(pool, selected, total_tokens)  # connected, exact size, parents first
+    chosen = set(selected.tolist())
+    for a in chosen:  # the top of the calibrated ranking: the guard never fired
+        for b in set(range(len(pool))) - chosen:
+            assert _key(pool, a) < _key(pool, b)
+    for i, parent in enumerate(pool.parents):  # Σ log c(q), never rising along a path
+        above = pool.scores[parent] if parent >= 0 else 0.0
+        assert pool.scores[i] == above + calibration.log_acceptance(pool.log_q[i]) <= above
+
+
+def test_a_map_above_one_would_disconnect_the_tree():
+    """Negative control: c(q) = 2q (refused by Calibration and add_children) lets a child
+    outscore its parent; the top set by value is then disconnected, and the connectivity check
+    catches it. rerank's guard still returns a tree, but no longer the best values."""
+    with pytest.raises(InvalidInputError, match="outside"):
+        Calibration([0.0, 1.0], [1e-3, 2.0], "T=0")
+    log_q = np.log([[0.6, 0.4]])
+    with pytest.raises(InvalidInputError, match="log_accept holds .* > 0"):
+        dt.add_children(dt.empty_pool(), [-1], np.asarray([[0, 1]]), log_q, np.log(2) + log_q)
+    # The pool such a map would score: root -> a (q 0.6), b (q 0.4); a -> c (q 0.9).
+    log_q = np.log([0.6, 0.4, 0.9])
+    parents = np.asarray([-1, -1, 0])
+    scores = np.log(2) + log_q
+    scores[2] += scores[0]  # 0.77 > a's 0.18: the child outscores its parent
+    pool = dt.Pool(np.asarray([3, 4, 5]), parents, scores, log_q)
+    top = np.argsort(-scores, kind="stable")[:1]
+    with pytest.raises(AssertionError, match="disconnected"):
+        _assert_valid_selection(pool, top, 2)
+    guarded = dt.rerank(pool.scores, pool.parents, 1)
+    _assert_valid_selection(pool, guarded, 2)
+    assert guarded.tolist() == [0] != top.tolist()  # the guard fired
+
+
+def test_a_non_monotone_map_would_draft_the_wrong_children():
+    """Negative control: the expansion drafts each node's top-k tokens by q. A map that falls
+    (refused by Calibration) would rank an undrafted token above a drafted one."""
+    with pytest.raises(InvalidInputError, match="acceptance falls"):
+        Calibration([0.2, 0.5], [0.9, 0.2], "T=0")
+
+    def falling(q):
+        return np.interp(q, [0.2, 0.5], [0.9, 0.2])
+
+    log_q = np.log([[0.5, 0.3, 0.2]])
+    drafted, _ = dt.top_children(log_q, 1)  # token 0, q = 0.5
+    assert drafted.tolist() == [[0]]
+    assert falling(0.2) > falling(0.3) > falling(0.5)  # token 2 would rank first
+    monotone = Calibration([0.2, 0.5], [0.2, 0.9], "T=0")
+    order = np.argsort(-monotone(np.exp(log_q[0])), kind="stable")
+    assert order[0] == drafted[0, 0]
+
+
+# ---------------------------------------------------------------------------- the drafter
+
+
+def test_scores_are_calibrated_and_records_stay_raw():
+    calibration = _calibration()
+    drafter = _drafter(3, 3, 12, calibration=calibration)
+    cycles = []  # (pool, selected) per cycle
+    propose = drafter.propose
+
+    def recording(root, rng, max_nodes):
+        tree = propose(root, rng, max_nodes)
+        cycles.append((drafter.pool, drafter.selected))
+        return tree
+
+    drafter.propose = recording
+    result = _run([1, 3, 4], drafter, n=10)
+    raw, calibrated = set(), set()
+    for pool, selected in cycles:
+        above = np.where(pool.parents >= 0, pool.scores[pool.parents], 0.0)
+        np.testing.assert_array_equal(pool.scores, above + calibration.log_acceptance(pool.log_q))
+        raw |= set(np.exp(pool.log_q[selected]).tolist())
+        calibrated |= set(calibration(np.exp(pool.log_q[selected])).tolist())
+    records = drafter.calibration_records
+    assert all(q in raw for q, _ in records)  # the confidence recorded is q, not c(q)
+    assert sum(q not in calibrated for q, _ in records) >= len(records) // 2
+    assert sum(a for _, a in records) == sum(result.accepted_per_cycle)
+
+
+def test_the_calibration_changes_the_trees():
+    changed = 0
+    for prompt in ([1, 3], [4, 0, 5], [2, 2, 2, 2], [5, 1, 0], [0, 4]):
+        shapes = []
+        for calibration in (None, _calibration()):
+            drafter = _drafter(3, 3, 8, calibration=calibration)
+            _run(prompt, drafter, n=1)
+            shapes.append(drafter.selected.tolist())
+        changed += shapes[0] != shapes[1]
+    assert changed >= 4
+
+
+@settings(deadline=None, max_examples=20)
+@given(st.lists(st.integers(0, V - 1), min_size=1, max_size=8), st.integers(1, 3),
+       st.integers(1, 4), st.integers(2, 16), st.integers(0, 12))  # fmt: skip
+def test_greedy_calibrated_eagle2_is_greedy_vanilla(prompt, depth, top_k, total_tokens, n):
+    top_k = min(top_k, total_tokens - 1)
+    drafter = _drafter(depth, top_k, total_tokens, calibration=_calibration())
+    assert _run(prompt, drafter, n=n).tokens == greedy_reference(TARGET, CONFIG, prompt, n)
+
+
+def _assert_target_law(prompt, make_drafter, sampling, n):
+    law, accepted = generation_law(TARGET, CONFIG, prompt, make_drafter, sampling, n)
+    assert total_variation(law, target_law(TARGET, CONFIG, prompt, sampling, n)) <= LAW_TOLERANCE
+    assert 0 in accepted and max(accepted) >= 1  # rejections and acceptances were walked
+
+
+@pytest.mark.parametrize(("sampling", "depth", "n", "prompt"), LAW_CASES, ids=str)
+def test_calibrated_eagle2_has_the_target_law(sampling, depth, n, prompt):
+    calibration = _calibration(sampling)
+    _assert_target_law(prompt, lambda: _drafter(depth, 2, 4, calibration=calibration), sampling, n)
+
+
+def test_the_setting_and_type_are_checked():
+    with pytest.raises(InvalidInputError, match="fitted for 'T=0' but this decoding is 'T=1'"):
+        _run([1, 3], _drafter(calibration=_calibration()), SamplingParams(temperature=1.0))
+    sampled = SamplingParams(temperature=1.0)
+    with pytest.raises(InvalidInputError, match="this decoding is 'T=1,sampled'"):
+        _run([1, 3], _drafter(calibration=_calibration(sampled), sampled_tree=True), sampled)
+    with pytest.raises(InvalidInputError, match="calibration is a function; pass a"):
+        _drafter(calibration=lambda q: q)
+    with pytest.raises(InvalidInputError, match="sampled_tree=1 must be True or False"):
+        _drafter(sampled_tree=1)
+
+
+# ---------------------------------------------------------------------------- the sampled tree
+
+# (sampling, depth, top_k, total_tokens, n, prompt): siblings drawn and dropped by reranking
+# (first token), a chain of draws over several cycles, both; small enough to enumerate.
+SAMPLED_CASES = [
+    (SamplingParams(temperature=1.0, top_k=2), 1, 2, 3, 1, [1, 0]),
+    (SamplingParams(temperature=2.0, top_k=2), 1, 2, 3, 1, [3, 1]),
+    (SamplingParams(temperature=1.0, top_k=2), 2, 1, 3, 2, [1, 3]),
+    (SamplingParams(temperature=1.0, top_k=2), 1, 2, 3, 2, [3, 1]),
+]
+
+
+@pytest.mark.parametrize("calibrated", [False, True], ids=["raw", "calibrated"])
+@pytest.mark.parametrize(("sampling", "depth", "top_k", "total", "n", "prompt"), SAMPLED_CASES,
+                         ids=str)  # fmt: skip
+def test_the_sampled_tree_has_the_target_law(sampling, depth, top_k, total, n, prompt, calibrated):
+    calibration = _calibration(sampling, sampled_tree=True) if calibrated else None
+
+    def make():
+        return _drafter(depth, top_k, total, sampled_tree=True, calibration=calibration)
+
+    _assert_target_law(prompt, make, sampling, n)
+
+
+class _TokenScored(Eagle2Drafter):
+    """Scores each sampled draw by the drawn token's own log q: which draws are kept then
+    depends on the draws themselves, and the verified tokens are biased."""
+
+    def _log_accept(self, log_q, tokens, confidence):
+        return np.take_along_axis(log_q, tokens, axis=-1)
+
+
+def test_the_law_check_catches_token_dependent_scores_of_draws():
+    sampling, depth, top_k, total, n, prompt = SAMPLED_CASES[0]
+
+    def make():
+        return _drafter(depth, top_k, total, cls=_TokenScored, sampled_tree=True)
+
+    law, _ = generation_law(TARGET, CONFIG, prompt, make, sampling, n)
+    assert total_variation(law, target_law(TARGET, CONFIG, prompt, sampling, n)) > 1e-3
+
+
+def test_the_sampled_tree_carries_proposals_and_greedy_ignores_it():
+    sampling = SamplingParams(temperature=1.0)
+    drafter = _drafter(3, 3, 12, sampled_tree=True)
+    recorder = []
+    original = drafter.propose
+
+    def propose(root, rng, max_nodes):
+        recorder.append(original(root, rng, max_nodes))
+        return recorder[-1]
+
+    drafter.propose = propose
+    _run([1, 3, 4], drafter, sampling, SeededRandomness(3), n=12)
+    for tree in recorder:
+        for kids in trees.children(tree):
+            tried = np.ones(V)
+            for child in kids:  # draw j's proposal: q without draws 1..j-1, all of them kept
+                q = tree.proposals[child]
+                first = tree.proposals[kids[0]] * tried
+                np.testing.assert_allclose(q, first / first.sum(), rtol=0, atol=1e-15)
+                assert q[tree.tokens[child]] > 0
+                tried[tree.tokens[child]] = 0
+    assert any(len(kids) > 1 for tree in recorder for kids in trees.children(tree))
+    greedy = [_drafter(3, 3, 12, sampled_tree=flag) for flag in (False, True)]
+    runs = [_run([1, 3, 4], d, n=12) for d in greedy]
+    assert runs[0].tokens == runs[1].tokens
+    assert greedy[0].selected.tolist() == greedy[1].selected.tolist()
+
+
+# ---------------------------------------------------------------------------- training prompts
+
+
+def test_training_prompts_come_from_the_train_split_only():
+    from minieagle.checkpoint import load_checkpoint
+    from minieagle.cli import DEFAULT_MODEL
+    from minieagle.data import load_split
+
+    _, _, tokenizer = load_checkpoint(DEFAULT_MODEL)
+    for corpus in ("prose", "code"):
+        prompts = training_prompts(tokenizer, corpus, 5, length=24, seed=7)
+        assert prompts == training_prompts(tokenizer, corpus, 5, length=24, seed=7)
+        assert prompts != training_prompts(tokenizer, corpus, 5, length=24, seed=8)
+        train = "\n".join(d.text for d in load_split(corpus, "train"))
+        test = "\n".join(d.text for d in load_split(corpus, "test"))
+        for kind, ids in prompts:
+            assert kind == corpus and len(ids) == 24 and ids[0] == tokenizer.bos_id
+            text = tokenizer.decode(ids[1:])[:60]
+            assert text in train and text not in test
+    with pytest.raises(InvalidInputError, match="count=100000 exceeds the"):
+        training_prompts(tokenizer, "prose", 100_000)
+    with pytest.raises(InvalidInputError, match="length=1 must be an integer >= 2"):
+        training_prompts(tokenizer, "prose", 2, length=1)
