@@ -72,6 +72,23 @@ def causal_mask(past: int, new: int, xp=np, *, like=None):
     return key_positions[None, :] <= query_positions[:, None]
 
 
+def placement(config: LlamaConfig, new: int, past: int, position_ids, attention_mask, like):
+    """Where `new` positions after `past` cached ones sit: (cos, sin [new, hd], mask [new,
+    past + new]). position_ids default to past + arange(new), the mask to causal; a mask of
+    another shape is refused. One definition for the target and the draft heads."""
+    if position_ids is None:
+        position_ids = past + arange(new, like=like)
+    if attention_mask is None:
+        attention_mask = causal_mask(past, new, like=like)
+    elif tuple(attention_mask.shape) != (new, past + new):
+        raise InvalidInputError(
+            f"attention_mask has shape {tuple(attention_mask.shape)}; expected "
+            f"({new}, {past + new}) = (new positions, cached + new positions)"
+        )
+    cos, sin = layers.rope_tables(position_ids, config.head_dim, config.rope_theta, like.dtype)
+    return cos, sin, attention_mask
+
+
 def _check_inputs(config: LlamaConfig, input_ids, position_ids, past: int) -> None:
     """Host-side checks; on a device each int(...) below is one explicit scalar sync."""
     T = input_ids.shape[-1]

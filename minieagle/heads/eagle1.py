@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from minieagle import layers, losses, model
-from minieagle.backend import arange, array_module, to_device, zeros
+from minieagle.backend import array_module, to_device, zeros
 from minieagle.checkpoint import (
     CONFIG_FILE,
     TARGET_KEY,
@@ -196,18 +196,11 @@ def head_forward(
     x, c_fc = layers.linear_forward(fc_input, head["fc.weight"])  # [B, T, d]
     if cfg.fc_bias:
         x = x + head["fc.bias"]
-    T, past = x.shape[1], cache.length if cache is not None else 0
-    if position_ids is None:
-        position_ids = past + arange(T, like=x)
-    if attention_mask is None:
-        attention_mask = model.causal_mask(past, T, like=x)
-    elif tuple(attention_mask.shape) != (T, past + T):
-        raise InvalidInputError(
-            f"attention_mask has shape {tuple(attention_mask.shape)}; expected "
-            f"({T}, {past + T}) = (new positions, cached + new positions)"
-        )
+    past = cache.length if cache is not None else 0
     layer = cfg.layer
-    cos, sin = layers.rope_tables(position_ids, layer.head_dim, layer.rope_theta, x.dtype)
+    cos, sin, attention_mask = model.placement(
+        layer, x.shape[1], past, position_ids, attention_mask, like=x
+    )
     predicted, c_layer = model.decoder_layer_forward(
         head, LAYER_PREFIX, layer, x, cos, sin, attention_mask, cache, 0
     )  # [B, T, d]

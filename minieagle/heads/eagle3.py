@@ -502,18 +502,10 @@ def head_forward(
         hidden, c_fc = layers.linear_forward(f, head["fc.weight"])  # [B, T, kd] -> [B, T, d]
     else:
         hidden, c_fc = f, None
-    T, past = hidden.shape[1], cache.length if cache is not None else 0
-    if position_ids is None:
-        position_ids = past + arange(T, like=hidden)
-    if attention_mask is None:
-        attention_mask = model.causal_mask(past, T, like=hidden)
-    elif tuple(attention_mask.shape) != (T, past + T):
-        raise InvalidInputError(
-            f"attention_mask has shape {tuple(attention_mask.shape)}; expected "
-            f"({T}, {past + T}) = (new positions, cached + new positions)"
-        )
-    layer = cfg.layer
-    cos, sin = layers.rope_tables(position_ids, layer.head_dim, layer.rope_theta, hidden.dtype)
+    past = cache.length if cache is not None else 0
+    cos, sin, attention_mask = model.placement(
+        cfg.layer, hidden.shape[1], past, position_ids, attention_mask, like=hidden
+    )
     embedded, _ = layers.embedding_forward(target_params["model.embed_tokens.weight"], ids)
     out, c_mid = midlayer_forward(head, cfg, embedded, hidden, cos, sin, attention_mask, cache)
     logits, c_read = _readout_forward(head, cfg, out)  # [B, T, N]
