@@ -102,14 +102,18 @@ def test_greedy_speculative_equals_greedy_vanilla_on_heldout_prompts(shipped_flo
     assert accepted > 0  # the draft model really proposes tokens the target keeps
 
 
-@pytest.mark.parametrize("method", ["eagle1", "eagle1-chain", "eagle2"])
+@pytest.mark.parametrize("method", ["eagle1", "eagle1-chain", "eagle2", "eagle3"])
 def test_greedy_eagle_equals_greedy_vanilla_on_heldout_prompts(shipped_float64, method):
-    from minieagle.cli import DEFAULT_HEAD
+    from minieagle.cli import DEFAULT_EAGLE3_HEAD, DEFAULT_HEAD
     from minieagle.drafters import build_drafter
     from minieagle.heads.eagle1 import load_head
+    from minieagle.heads.eagle3_io import load_eagle3_head
 
     (params, config, tokenizer), _ = shipped_float64
-    head = load_head(DEFAULT_HEAD, dtype=np.float64)
+    if method == "eagle3":
+        head = load_eagle3_head(DEFAULT_EAGLE3_HEAD, dtype=np.float64, target_config=config)
+    else:
+        head = load_head(DEFAULT_HEAD, dtype=np.float64)
     name, _, variant = method.partition("-")
     options = {"tree": "chain:5"} if variant == "chain" else {}
     accepted = 0
