@@ -432,7 +432,7 @@ def build_parser() -> argparse.ArgumentParser:
             type=_integer(1, "a depth such as 5"),
             help=f"eagle1 --tree chain: drafts in the chain (default {DEFAULT_CHAIN_DEPTH}); "
             "eagle2/eagle3: expansion steps, so the tree is up to depth + 1 drafts deep "
-            "(default 5 for eagle2, 7 for eagle3)",
+            "(default 5)",
         )
         p.add_argument(
             "--tree-top-k",
