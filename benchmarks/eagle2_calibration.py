@@ -25,6 +25,16 @@
 
 About 4 minutes on two busy cores with the defaults (12 + 12 training prompts x 64 tokens;
 6 + 6 held-out and 6 + 6 out-of-domain prompts x 48 tokens).
+
+`--method eagle3` runs the same study for EAGLE-3, which drafts through the same dynamic tree:
+every dynamic-tree row (and every fit) uses the EAGLE-3 head (`--head`, default
+minieagle/pretrained/small-eagle3) at EAGLE-3's default depth 7, while the static-tree row keeps
+the EAGLE-1 head (`--static-head`, default minieagle/pretrained/small-eagle1) as the common
+reference; the node budget stays 26. Its results go to docs/results/eagle3-calibration.json and
+its calibrations to eagle3-calibration-<setting>.json. `--depth` overrides either default.
+About 5 minutes with the defaults.
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/eagle2_calibration.py --method eagle3
 """
 
 from __future__ import annotations
@@ -47,16 +57,20 @@ from minieagle.calibration import (
 from minieagle.checkpoint import load_checkpoint, target_fingerprint
 from minieagle.cli import DEFAULT_HEAD, DEFAULT_MODEL
 from minieagle.drafters.eagle1 import Eagle1Drafter
-from minieagle.drafters.eagle2 import Eagle2Drafter
+from minieagle.drafters.eagle2 import EAGLE2_DEFAULTS, EAGLE3_DEFAULTS, Eagle2Drafter
 from minieagle.dynamic_tree import calibration_table, log_softmax
 from minieagle.generate import emitted_per_forward, generate
 from minieagle.heads.eagle1 import load_head
+from minieagle.heads.eagle3_io import load_eagle3_head
 from minieagle.sampling import SamplingParams, target_distribution
 from minieagle.tree import children
 from minieagle.verify import acceptance_probability, residual
 
 SETTINGS = {"T=0": SamplingParams(), "T=1": SamplingParams(temperature=1.0)}
-SIZES = {"depth": 5, "top_k": 8, "total_tokens": 26}  # EAGLE-1's tree verifies 26 nodes too
+# Per method: the drafter's default sizes (26 nodes: EAGLE-1's tree verifies 26 too), the head.
+SIZES = {"eagle2": EAGLE2_DEFAULTS, "eagle3": EAGLE3_DEFAULTS}
+HEADS = {"eagle2": DEFAULT_HEAD, "eagle3": DEFAULT_HEAD.parent / "small-eagle3"}
+TITLES = {"eagle2": "EAGLE-2", "eagle3": "EAGLE-3"}
 SHARPEN = 0.5  # the issue's lead: draft logits / 0.5 where the tree scores candidates
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
@@ -152,11 +166,27 @@ def _reliability(records, calibration) -> dict:
     return out
 
 
-def run(params, config, head, fingerprint, train, prompts, *, fit_tokens, new_tokens) -> dict:
-    """Fit the calibrations, then decode every prompt with every method (module docstring)."""
+def run(
+    params,
+    config,
+    head,
+    fingerprint,
+    train,
+    prompts,
+    *,
+    fit_tokens,
+    new_tokens,
+    sizes=SIZES["eagle2"],
+    static_head=None,
+    method="eagle2",
+) -> dict:
+    """Fit the calibrations, then decode every prompt with every method (module docstring).
+    head: the dynamic tree's head tuple (EAGLE-1: (head, cfg); EAGLE-3: (head, cfg, vocab));
+    static_head: the static tree's EAGLE-1 head (None: `head`); method names the rows."""
+    static_head = head if static_head is None else static_head
 
     def eagle2(cls=Eagle2Drafter, **options):
-        return lambda: cls(params, config, *head, **SIZES, **options)
+        return lambda: cls(params, config, *head, **sizes, **options)
 
     calibrations = {}
     fits = {label: (sampling, False) for label, sampling in SETTINGS.items()}
@@ -171,15 +201,16 @@ def run(params, config, head, fingerprint, train, prompts, *, fit_tokens, new_to
     results = {"tau": {}, "spread": {}, "reliability": {}, "coverage": {}}
     for label, sampling in SETTINGS.items():
         methods = {
-            "eagle1 static tree (26)": lambda: Eagle1Drafter(params, config, *head),
-            "eagle2 raw": eagle2(),
-            "eagle2 calibrated": eagle2(calibration=calibrations[label]),
-            f"eagle2 logits/{SHARPEN}": eagle2(SharpenedScores),
+            "eagle1 static tree (26)": lambda: Eagle1Drafter(params, config, *static_head),
+            f"{method} raw": eagle2(),
+            f"{method} calibrated": eagle2(calibration=calibrations[label]),
+            # An EAGLE-3 head's -inf logits (outside its draft vocabulary) stay -inf / 0.5.
+            f"{method} logits/{SHARPEN}": eagle2(SharpenedScores),
         }
         if not sampling.greedy:  # at T = 0 the sampled tree is the top-k tree
             sampled = calibrations[f"{label},sampled"]
-            methods["eagle2 sampled tree"] = eagle2(sampled_tree=True)
-            methods["eagle2 sampled tree calibrated"] = eagle2(
+            methods[f"{method} sampled tree"] = eagle2(sampled_tree=True)
+            methods[f"{method} sampled tree calibrated"] = eagle2(
                 sampled_tree=True, calibration=sampled
             )
         kinds = sorted({kind for kind, _ in prompts}) + ["all"]
@@ -215,7 +246,7 @@ def run(params, config, head, fingerprint, train, prompts, *, fit_tokens, new_to
             }
             if rows:
                 cover[name] = _per_depth(rows)
-            if name == "eagle2 raw":
+            if name == f"{method} raw":
                 results["reliability"][label] = _reliability(records, calibrations[label])
         static = np.asarray(spread["eagle1 static tree (26)"]["tau_per_prompt"])
         for entry in spread.values():  # paired: the same prompts and seeds
@@ -232,10 +263,11 @@ def run(params, config, head, fingerprint, train, prompts, *, fit_tokens, new_to
 
 def format_report(results: dict) -> str:
     s = results["settings"]
+    title = TITLES[s.get("method", "eagle2")]
     lines = [
-        f"EAGLE-2 calibration: {s['train_prompts']} training prompts x {s['fit_tokens']} tokens "
-        f"per fit; {s['prompts']} evaluation prompts x {s['new_tokens']} tokens; 26 nodes "
-        "(EAGLE-2 depth 5, top_k 8)",
+        f"{title} calibration: {s['train_prompts']} training prompts x {s['fit_tokens']} tokens "
+        f"per fit; {s['prompts']} evaluation prompts x {s['new_tokens']} tokens; "
+        f"{s['total_tokens']} nodes ({title} depth {s['depth']}, top_k {s['top_k']})",
         "",
         "calibrations (records, knots; c(q) at q = 0.05 0.1 0.2 0.3 0.5 0.8):",
     ]
@@ -258,7 +290,7 @@ def format_report(results: dict) -> str:
                 f"  {e['prompts_above_static']:2}/{e['prompts_below_static']:<2}"
             )
     for label, by in results["reliability"].items():
-        lines += ["", f"reliability of EAGLE-2's evaluation records at {label}"]
+        lines += ["", f"reliability of {title}'s evaluation records at {label}"]
         for name, r in by.items():
             lines.append(
                 f"  {name}: count-weighted |acceptance - predicted| = {r['weighted_gap']:.3f}"
@@ -295,25 +327,64 @@ def _summary(calibration) -> dict:
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="target checkpoint")
-    parser.add_argument("--head", default=str(DEFAULT_HEAD), help="EAGLE-1 head directory")
+    parser.add_argument(
+        "--method",
+        choices=tuple(SIZES),
+        default="eagle2",
+        help="whose head drafts the dynamic trees: eagle2 (the EAGLE-1 head) or eagle3",
+    )
+    parser.add_argument(
+        "--head",
+        default=None,
+        help=f"the dynamic tree's head directory (default: eagle2 {HEADS['eagle2']}, "
+        f"eagle3 {HEADS['eagle3']})",
+    )
+    parser.add_argument(
+        "--static-head",
+        default=None,
+        help=f"the static tree's EAGLE-1 head (default: eagle2 --head, eagle3 {DEFAULT_HEAD})",
+    )
+    parser.add_argument(
+        "--depth",
+        type=int,
+        default=None,
+        help="dynamic-tree expansion steps (default: eagle2 5, eagle3 7); 26 nodes either way",
+    )
     parser.add_argument("--fit-prompts", type=int, default=12, help="training prompts per corpus")
     parser.add_argument("--fit-tokens", type=int, default=64, help="new tokens per fit prompt")
     parser.add_argument("--prompts-per-kind", type=int, default=6)
     parser.add_argument("--new-tokens", type=int, default=48)
-    parser.add_argument("--out", default=str(RESULTS / "eagle2-calibration.json"))
+    parser.add_argument(
+        "--out", default=None, help="results JSON (default docs/results/<method>-calibration.json)"
+    )
     parser.add_argument(
         "--calibration-dir",
         default=str(RESULTS),
-        help="where the fitted calibrations are written (eagle2-calibration-<setting>.json)",
+        help="where the fitted calibrations are written (<method>-calibration-<setting>.json)",
     )
     args = parser.parse_args(argv)
-    for name in ("fit_prompts", "fit_tokens", "prompts_per_kind", "new_tokens"):
-        if getattr(args, name) < 1:
+    method = args.method
+    sizes = dict(SIZES[method])
+    if args.depth is not None:
+        sizes["depth"] = args.depth
+    for name in ("fit_prompts", "fit_tokens", "prompts_per_kind", "new_tokens", "depth"):
+        value = sizes["depth"] if name == "depth" else getattr(args, name)
+        if value < 1:
             flag = "--" + name.replace("_", "-")
-            raise SystemExit(f"error: {flag}={getattr(args, name)} is below 1; pass e.g. 6")
+            raise SystemExit(f"error: {flag}={value} is below 1; pass e.g. 6")
+    if args.head is None:
+        args.head = str(HEADS[method])
+    if args.static_head is None:
+        args.static_head = args.head if method == "eagle2" else str(DEFAULT_HEAD)
+    if args.out is None:
+        args.out = str(RESULTS / f"{method}-calibration.json")
 
     params, config, tokenizer = load_checkpoint(args.model)
-    head = load_head(args.head)
+    if method == "eagle3":
+        head = load_eagle3_head(args.head, target_config=config)
+    else:
+        head = load_head(args.head)
+    static_head = head if args.static_head == args.head else load_head(args.static_head)
     train = training_prompts(tokenizer, "prose", args.fit_prompts, seed=0)
     train += training_prompts(tokenizer, "code", args.fit_prompts, seed=1)
     prompts = bench.heldout_prompts(tokenizer, per_corpus=args.prompts_per_kind)
@@ -328,11 +399,14 @@ def main(argv=None) -> dict:
         prompts,
         fit_tokens=args.fit_tokens,
         new_tokens=args.new_tokens,
+        sizes=sizes,
+        static_head=static_head,
+        method=method,
     )
     calibrations = results.pop("calibrations")
     files = {}
     for label, calibration in calibrations.items():
-        name = "eagle2-calibration-" + label.replace("=", "").replace(",", "-") + ".json"
+        name = f"{method}-calibration-" + label.replace("=", "").replace(",", "-") + ".json"
         path = save_calibration(calibration, Path(args.calibration_dir) / name)
         files[label] = os.path.relpath(path)  # relative to where the script ran
     results["calibrations"] = {
@@ -340,9 +414,18 @@ def main(argv=None) -> dict:
     }
     results["settings"] = {
         "model": args.model,
+        "method": method,
         "head": args.head,
         "head_fingerprint": target_fingerprint(args.head),
-        **SIZES,
+        **(
+            {}
+            if args.static_head == args.head
+            else {
+                "static_head": args.static_head,
+                "static_head_fingerprint": target_fingerprint(args.static_head),
+            }
+        ),
+        **sizes,
         "train_prompts": len(train),
         "fit_tokens": args.fit_tokens,
         "prompts": len(prompts),
