@@ -51,6 +51,8 @@ _METHOD_FLAGS = {
     "depth": ("--depth", ("eagle1", "eagle2", "eagle3")),
     "tree_top_k": ("--tree-top-k", ("eagle2", "eagle3")),
     "total_tokens": ("--total-tokens", ("eagle2", "eagle3")),
+    "calibration": ("--calibration", ("eagle2", "eagle3")),
+    "sampled_tree": ("--sampled-tree", ("eagle2", "eagle3")),
 }
 DEFAULT_GAMMA = 4
 DEFAULT_CHAIN_DEPTH = 5
@@ -118,6 +120,13 @@ def _drafter_factory(args, config, params=None):
     kwargs = dict(draft_model=draft_model, gamma=gamma, target=target, head=head, tree=tree)
     if method in ("eagle2", "eagle3"):
         kwargs.update(depth=depth, top_k=args.tree_top_k, total_tokens=args.total_tokens)
+        if getattr(args, "calibration", None) is not None:
+            from minieagle.calibration import load_calibration
+            from minieagle.checkpoint import target_fingerprint
+
+            fitted_for = target_fingerprint(_head_dir(args))  # refuses another head's map
+            kwargs["calibration"] = load_calibration(args.calibration, head=fitted_for)
+        kwargs["sampled_tree"] = bool(getattr(args, "sampled_tree", None))
     build_drafter(method, **kwargs)  # validate now
     return lambda: build_drafter(method, **kwargs)
 
@@ -453,6 +462,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("prompt")
     sampling_flags(p)
     method_flags(p, with_method=True)
+    p.add_argument(
+        "--calibration",
+        help="eagle2/eagle3: rank the dynamic tree by calibrated scores from this file, fitted "
+        "for this head and sampling setting (docs/calibration.md; e.g. "
+        "docs/results/eagle2-calibration-T0.json for greedy EAGLE-2)",
+    )
+    p.add_argument(
+        "--sampled-tree",
+        dest="sampled_tree",
+        action="store_const",
+        const=True,
+        help="eagle2/eagle3 at T > 0: draw each node's children without replacement (lossless; "
+        "recovers the acceptance a deterministic top-k tree loses at T = 1)",
+    )
     p.add_argument("--stats", action="store_true", help="print tokens and ms/token to stderr")
     p.set_defaults(func=cmd_generate)
 

@@ -252,3 +252,27 @@ def test_flop_formulas_match_the_matmuls_a_forward_runs(config, monkeypatch):
     ids = np.ones((B, T), dtype=np.int64)
     model.loss_and_grads(params, config, ids, ids)
     assert sum(counts) == B * T * bench.train_flops_per_token(config, T)
+
+
+def test_generate_ranks_the_dynamic_tree_by_a_calibration(capsys):
+    """--calibration / --sampled-tree reach Eagle2Drafter; a map fitted for another sampling
+    setting or another head, and the flags for another method, end in one line and exit 2."""
+    results = REPO / "docs" / "results"
+    base = ["generate", "The garbage collector", "--max-new-tokens", "8"]
+    t0, t1_sampled = (
+        results / "eagle2-calibration-T0.json",
+        results / "eagle2-calibration-T1-sampled.json",
+    )
+    assert main([*base, "--method", "eagle2", "--calibration", str(t0)]) == 0
+    sampled = ["--sampled-tree", "--temperature", "1", "--calibration", str(t1_sampled)]
+    assert main([*base, "--method", "eagle2", *sampled]) == 0
+    capsys.readouterr()
+    for argv, message in (
+        ([*base, "--method", "eagle2", "--calibration", str(t0), "--temperature", "1"],
+         "the calibration was fitted for 'T=0' but this decoding is 'T=1'"),
+        ([*base, "--method", "eagle3", "--calibration", str(t0)], "was fitted for head"),
+        ([*base, "--calibration", str(t0)], "--calibration applies to --method eagle2 or eagle3"),
+        ([*base, "--method", "eagle1", "--sampled-tree"], "--sampled-tree applies to --method"),
+    ):  # fmt: skip
+        assert main(argv) == 2
+        assert message in capsys.readouterr().err

@@ -67,6 +67,8 @@ def build_drafter(
     depth: int | None = None,
     top_k: int | None = None,
     total_tokens: int | None = None,
+    calibration=None,
+    sampled_tree: bool = False,
 ):
     """The drafter for a method name (None for vanilla).
 
@@ -78,7 +80,8 @@ def build_drafter(
     included); None means the defaults of `minieagle.drafters.eagle2`.
     "eagle3" drafts through the same dynamic tree with an EAGLE-3 head: head = (head params,
     Eagle3Config, DraftVocab); None sizes mean the EAGLE-3 defaults
-    (`minieagle.drafters.eagle2.EAGLE3_DEFAULTS`)."""
+    (`minieagle.drafters.eagle2.EAGLE3_DEFAULTS`). Both take the options calibration (a
+    `minieagle.calibration.Calibration`) and sampled_tree (docs/calibration.md)."""
     if method == "vanilla":
         return None
     if method == "draft-model":
@@ -110,5 +113,7 @@ def build_drafter(
         defaults = EAGLE2_DEFAULTS if method == "eagle2" else EAGLE3_DEFAULTS
         sizes = dict(depth=depth, top_k=top_k, total_tokens=total_tokens)
         sizes = {k: defaults[k] if v is None else v for k, v in sizes.items()}
-        return Eagle2Drafter(*target, *head, **sizes)
+        return Eagle2Drafter(
+            *target, *head, **sizes, calibration=calibration, sampled_tree=sampled_tree
+        )
     raise InvalidInputError(f"unknown method {method!r}; expected one of {list(METHODS)}")
