@@ -262,23 +262,15 @@ def forward(
     ids = input_ids if batched else input_ids[None, :]  # [B, T]
     past = cache.length if cache is not None else 0
     _check_inputs(config, ids, position_ids, past)
-    T = ids.shape[1]
-    if position_ids is None:
-        position_ids = past + arange(T, like=embed)
-    if attention_mask is None:
-        attention_mask = causal_mask(past, T, like=embed)
-    elif tuple(attention_mask.shape) != (T, past + T):
-        raise InvalidInputError(
-            f"attention_mask has shape {tuple(attention_mask.shape)}; expected "
-            f"({T}, {past + T}) = (new tokens, cached + new tokens)"
-        )
+    cos, sin, attention_mask = placement(
+        config, ids.shape[1], past, position_ids, attention_mask, like=embed
+    )
     for key in output_hidden:
         if key != "final" and not (isinstance(key, int) and 0 <= key <= config.num_hidden_layers):
             raise InvalidInputError(
                 f"output_hidden key {key!r} must be 'final' or an int in "
                 f"[0, {config.num_hidden_layers}]"
             )
-    cos, sin = layers.rope_tables(position_ids, config.head_dim, config.rope_theta, embed.dtype)
     x, c_emb = layers.embedding_forward(embed, ids)  # [B, T, d]
     hidden, layer_caches = {}, []
     for i in range(config.num_hidden_layers):
