@@ -28,6 +28,7 @@ import numpy as np
 from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
+from minieagle.backend import to_host
 from minieagle.config import LlamaConfig
 from minieagle.errors import InvalidInputError, MissingFileError
 from minieagle.model import param_shapes
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
-_STORAGE_DTYPES = ("float32", "float16", "float64")
+STORAGE_DTYPES = ("float32", "float16", "float64")  # what weights may be saved as
 # HF's LlamaConfig defaults, used when a config.json leaves a field out (they differ from ours).
 _HF_DEFAULTS = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "max_position_embeddings": 2048}
 _REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers")
@@ -234,13 +235,29 @@ def _write_files(
         tokenizer.save(target / TOKENIZER_FILE)
 
 
+def storage_dtype(dtype) -> str:
+    """The name of a weight storage dtype, one of STORAGE_DTYPES, or a clear error."""
+    try:
+        name = np.dtype(dtype).name
+    except TypeError:  # a name NumPy does not know (bfloat16 without ml_dtypes)
+        name = str(dtype)
+    if name not in STORAGE_DTYPES:
+        raise InvalidInputError(f"dtype={name!r} is not one of {STORAGE_DTYPES}; pass 'float32'")
+    return name
+
+
 def write_tensors(path: Path, tensors: dict, dtype: str, metadata: dict) -> None:
-    """Save `tensors` cast to `dtype` as safetensors at `path`, refusing values that overflow."""
-    # ascontiguousarray: safetensors writes a strided view's memory as if it were contiguous.
+    """Save `tensors` as safetensors at `path`: floating tensors cast to `dtype` (refusing values
+    that overflow it), integer and bool buffers (EAGLE-3's d2t, t2d) as they are."""
+    cast = {}
     with np.errstate(over="ignore"):
-        cast = {k: np.ascontiguousarray(v, dtype=dtype) for k, v in tensors.items()}
+        for name, value in tensors.items():
+            value = to_host(value)
+            keep = not np.issubdtype(value.dtype, np.floating)
+            # ascontiguousarray: safetensors writes a strided view's memory as if contiguous.
+            cast[name] = np.ascontiguousarray(value, dtype=None if keep else dtype)
     for name, tensor in cast.items():
-        if not np.isfinite(tensor).all():
+        if np.issubdtype(tensor.dtype, np.floating) and not np.isfinite(tensor).all():
             raise InvalidInputError(f"tensor {name!r} overflows {dtype}; save as float32 instead")
     save_file(cast, str(path), metadata=metadata)
 
@@ -310,9 +327,7 @@ def save_checkpoint(
     dtype: storage precision, one of float32/float16/float64. metadata: str -> str pairs for the
     safetensors header. An existing checkpoint at `directory` is replaced atomically as a whole;
     a directory holding other files is refused. Returns the directory."""
-    dtype = np.dtype(dtype).name
-    if dtype not in _STORAGE_DTYPES:
-        raise InvalidInputError(f"dtype={dtype!r} is not one of {_STORAGE_DTYPES}; pass 'float32'")
+    dtype = storage_dtype(dtype)
     header = {"format": "np", "minieagle_version": _minieagle_version(), **(metadata or {})}
     bad = {k: v for k, v in header.items() if not (isinstance(k, str) and isinstance(v, str))}
     if bad:
@@ -479,8 +494,11 @@ def target_fingerprint(target_dir) -> str:
 
 def target_record(target_dir) -> dict[str, str]:
     """What a head or draft model records about the target it was trained for: {TARGET_KEY:
-    the directory, FINGERPRINT_KEY: its `target_fingerprint`}. `save_head` writes it into the
-    head's config.json; for a draft model pass it as `save_checkpoint(..., metadata=...)`."""
+    the directory, FINGERPRINT_KEY: its `target_fingerprint`} (the path alone when the directory
+    holds no weights). `save_head` writes it into the head's config.json; for a draft model pass
+    it as `save_checkpoint(..., metadata=...)`."""
+    if not (Path(target_dir) / WEIGHTS_FILE).exists():
+        return {TARGET_KEY: str(target_dir)}
     return {TARGET_KEY: str(target_dir), FINGERPRINT_KEY: target_fingerprint(target_dir)}
 
 

@@ -23,7 +23,7 @@ from safetensors.numpy import load_file, save_file
 from tqdm.auto import tqdm
 
 from minieagle import model
-from minieagle.checkpoint import _STORAGE_DTYPES, _fsync, save_checkpoint
+from minieagle.checkpoint import STORAGE_DTYPES, _fsync, save_checkpoint
 from minieagle.config import LlamaConfig, preset
 from minieagle.data import CORPORA
 from minieagle.errors import InvalidInputError, TrainingDivergedError
@@ -96,9 +96,9 @@ def _check_shared_fields(cfg) -> None:
         raise InvalidInputError(
             f"max_train_chars={cfg.max_train_chars} must be >= 0 (0 = the whole split)"
         )
-    if cfg.export_dtype not in _STORAGE_DTYPES:
+    if cfg.export_dtype not in STORAGE_DTYPES:
         raise InvalidInputError(
-            f"export_dtype={cfg.export_dtype!r} is not one of {_STORAGE_DTYPES}; pass 'float32' "
+            f"export_dtype={cfg.export_dtype!r} is not one of {STORAGE_DTYPES}; pass 'float32' "
             "(or 'float16' for half the size)"
         )
     if not cfg.corpora or any(corpus not in CORPORA for corpus in cfg.corpora):

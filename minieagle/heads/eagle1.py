@@ -26,7 +26,6 @@ from minieagle import layers, losses, model
 from minieagle.backend import array_module, to_device, zeros
 from minieagle.checkpoint import (
     CONFIG_FILE,
-    TARGET_KEY,
     WEIGHTS_FILE,
     check_trained_for,
     config_from_hf_dict,
@@ -34,6 +33,7 @@ from minieagle.checkpoint import (
     config_value,
     read_config_json,
     read_tensors,
+    storage_dtype,
     target_record,
     value_problem,
     write_directory_atomically,
@@ -330,12 +330,11 @@ def save_head(directory, head: dict, cfg: Eagle1Config, *, target_dir=None, dtyp
     `target_fingerprint` are recorded, so `load_head(..., target_dir=)` can warn about a head
     used with another target."""
     _validate_head(head, cfg)
-    dtype = np.dtype(dtype).name
+    dtype = storage_dtype(dtype)
     config = config_to_hf_dict(cfg.layer, dtype)
     config.update(bias=cfg.fc_bias, minieagle_inputs=cfg.inputs, minieagle_head="eagle1")
     if target_dir is not None:
-        has_weights = (Path(target_dir) / WEIGHTS_FILE).exists()
-        config.update(target_record(target_dir) if has_weights else {TARGET_KEY: str(target_dir)})
+        config.update(target_record(target_dir))
 
     def write(new: Path) -> None:
         (new / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")

@@ -26,12 +26,10 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import save_file
 
 from minieagle.backend import to_host
 from minieagle.checkpoint import (
     CONFIG_FILE,
-    TARGET_KEY,
     WEIGHTS_FILE,
     check_trained_for,
     config_from_hf_dict,
@@ -39,9 +37,11 @@ from minieagle.checkpoint import (
     config_value,
     read_config_json,
     read_tensors,
+    storage_dtype,
     target_record,
     value_problem,
     write_directory_atomically,
+    write_tensors,
 )
 from minieagle.config import LlamaConfig
 from minieagle.errors import InvalidInputError
@@ -58,7 +58,6 @@ AUX_KEY = "minieagle_aux_layers"  # input-of-layer numbering, as Eagle3Config.au
 SERVING_AUX_KEY = "eagle_aux_hidden_state_layer_ids"  # inside eagle_config; output-of-layer
 TIE_KEY = "minieagle_target_tie_word_embeddings"  # the target's; the head's own file says false
 EMBED = "embed_tokens.weight"  # optional: SpecForge may store the target's embedding
-STORAGE_DTYPES = ("float32", "float16", "float64")
 _FIX_MISSING = "save the head with save_eagle3_head, or copy the head's files there"
 
 
@@ -144,19 +143,6 @@ def _hf_config(cfg: Eagle3Config, dtype: str) -> dict:
     return config
 
 
-def _storage_tensors(head: dict, vocab: DraftVocab, dtype: str) -> dict[str, np.ndarray]:
-    """Every tensor of model.safetensors, contiguous: weights cast to `dtype`, d2t int64, t2d
-    bool. Raises when a weight overflows `dtype`."""
-    with np.errstate(over="ignore"):
-        tensors = {k: np.ascontiguousarray(to_host(v), dtype=dtype) for k, v in head.items()}
-    for name, tensor in tensors.items():
-        if not np.isfinite(tensor).all():
-            raise InvalidInputError(f"tensor {name!r} overflows {dtype}; save as float32 instead")
-    tensors["d2t"] = np.ascontiguousarray(to_host(vocab.d2t), dtype=np.int64)
-    tensors["t2d"] = np.ascontiguousarray(to_host(vocab.t2d), dtype=np.bool_)
-    return tensors
-
-
 def save_eagle3_head(
     directory,
     head: dict,
@@ -178,12 +164,7 @@ def save_eagle3_head(
     A one-feature head (cfg.num_features == 1, the paper's ablation head) is written with
     minieagle's keys only (no eagle_config), and a UserWarning says that serving engines, which
     fuse exactly three layers, cannot serve it."""
-    try:
-        dtype = np.dtype(dtype).name
-    except TypeError:
-        pass  # a name NumPy does not know (bfloat16): refused below
-    if dtype not in STORAGE_DTYPES:
-        raise InvalidInputError(f"dtype={dtype!r} is not one of {STORAGE_DTYPES}; pass 'float32'")
+    dtype = storage_dtype(dtype)
     _check_vocab_fits(vocab, cfg)
     problems = _tensor_problems({k: to_host(v) for k, v in head.items()}, head_param_shapes(cfg))
     if problems:
@@ -193,13 +174,14 @@ def save_eagle3_head(
         )
     config = _hf_config(cfg, dtype)
     if target_dir is not None:
-        has_weights = (Path(target_dir) / WEIGHTS_FILE).exists()
-        config.update(target_record(target_dir) if has_weights else {TARGET_KEY: str(target_dir)})
-    tensors = _storage_tensors(head, vocab, dtype)
+        config.update(target_record(target_dir))
+    # Weights in `dtype`; the vocabulary buffers as the serving loaders read them.
+    tensors = {**head, "d2t": np.asarray(to_host(vocab.d2t), dtype=np.int64),
+               "t2d": np.asarray(to_host(vocab.t2d), dtype=np.bool_)}  # fmt: skip
 
     def write(new: Path) -> None:
         (new / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-        save_file(tensors, str(new / WEIGHTS_FILE), metadata={"format": "np"})
+        write_tensors(new / WEIGHTS_FILE, tensors, dtype, {"format": "np"})
 
     return write_directory_atomically(
         directory, write, own_files=(CONFIG_FILE, WEIGHTS_FILE), kind="EAGLE-3 head"
