@@ -27,6 +27,7 @@ from minieagle import tree as trees
 from minieagle.drafters import build_drafter
 from minieagle.drafters import head_drafter as drafter_module
 from minieagle.drafters.eagle1 import Eagle1Drafter
+from minieagle.drafters.head_drafter import draft_children
 from minieagle.generate import greedy_reference
 from minieagle.heads.eagle1 import Eagle1Config, head_forward, init_head, new_head_cache, save_head
 from minieagle.sampling import SamplingParams, SeededRandomness, target_distribution
@@ -130,19 +131,20 @@ def test_sampled_eagle1_has_the_target_law(sampling, n, prompt):
     assert 0 in accepted and max(accepted) >= 1  # rejections and acceptances were walked
 
 
-class _UnconditionalQ(Eagle1Drafter):
+def _unconditional_q(logits, count, sampling, rng):
     """Draws siblings without replacement but labels each with the full draft q (the bug)."""
-
-    def _children(self, logits, count, rng):
-        q = target_distribution(logits, self.sampling)
-        return [(token, q) for token, _ in super()._children(logits, count, rng)]
+    q = target_distribution(logits, sampling)
+    return [(token, q) for token, _ in draft_children(logits, count, sampling, rng)]
 
 
-def test_the_law_check_catches_unconditional_sibling_proposals():
+def test_the_law_check_catches_unconditional_sibling_proposals(monkeypatch):
     # Full support: the second sibling's real q (the first one removed) differs from the
     # full q. Under top_k=2 both labels act alike, so that case could not catch the bug.
+    from minieagle.drafters import eagle1 as eagle1_drafter
+
+    monkeypatch.setattr(eagle1_drafter, "draft_children", _unconditional_q)
     sampling, n, prompt = LAW_CASES[-1]
-    law, _ = _law(prompt, lambda: _drafter(SMALL_TREE, _UnconditionalQ), sampling, n)
+    law, _ = _law(prompt, lambda: _drafter(SMALL_TREE), sampling, n)
     assert total_variation(law, _target_law(prompt, sampling, n)) > 1e-3
 
 

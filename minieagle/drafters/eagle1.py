@@ -27,9 +27,9 @@ import itertools
 import numpy as np
 
 from minieagle.config import LlamaConfig
-from minieagle.drafters.head_drafter import HeadDrafter
+from minieagle.drafters.head_drafter import HeadDrafter, draft_children
 from minieagle.heads.eagle1 import Eagle1Config
-from minieagle.sampling import Randomness, target_distribution, top_k_indices
+from minieagle.sampling import Randomness
 from minieagle.static_trees import resolve_tree
 from minieagle.tree import Tree
 
@@ -76,7 +76,9 @@ class Eagle1Drafter(HeadDrafter):
                     continue
                 siblings = list(siblings)  # ranks 0, 1, ... (resolve_tree)
                 for path, (token, q) in zip(
-                    siblings, self._children(logits[parent], len(siblings), rng), strict=False
+                    siblings,
+                    draft_children(logits[parent], len(siblings), self.sampling, rng),
+                    strict=False,
                 ):
                     node_of[path] = len(tokens)
                     new_nodes.append((len(tokens), path))
@@ -90,26 +92,3 @@ class Eagle1Drafter(HeadDrafter):
         for node, row in logits.items():
             self.draft_logits[node] = row
         return Tree(np.asarray(tokens), np.asarray(parents), tuple(proposals))
-
-    def _children(self, logits: np.ndarray, count: int, rng: Randomness) -> list[tuple]:
-        """Up to `count` (token, proposal) pairs for the children of a node whose draft logits
-        are `logits` [V]. T = 0: the top-ranked tokens (lowest id on ties), proposal None.
-        T > 0 (EAGLE-1): draws without replacement from q = the draft distribution processed
-        like the target's; child j carries q with children 0..j-1 removed and renormalised, the
-        distribution it was drawn from. Fewer children when q has fewer nonzero entries."""
-        if self.sampling.greedy:
-            order = top_k_indices(np.asarray(logits), count)  # [count] most likely first
-            return [(int(token), None) for token in order]
-        q = target_distribution(logits, self.sampling)  # [V] float64
-        children = []
-        for _ in range(count):
-            if not q.any():
-                break
-            token = int(rng.draw(q))
-            children.append((token, q))
-            q = q.copy()
-            q[token] = 0.0
-            total = q.sum()
-            if total > 0:
-                q /= total
-        return children

@@ -26,7 +26,7 @@ Two options, both off by default (docs/calibration.md):
                 recorded confidence stays q, so the map can be refitted.
   sampled_tree  at T > 0, each expanded node's children are drawn without replacement from the
                 draft distribution processed like the target's, each carrying the distribution
-                it was drawn from (EAGLE-1's rule, `Eagle1Drafter._children`), so the verifier
+                it was drawn from (EAGLE-1's rule, `head_drafter.draft_children`), so the verifier
                 accepts child x with min(1, p(x)/q(x)) instead of p(x). Their scores must not
                 depend on which tokens were drawn (a token-dependent choice of which draws to
                 keep would bias the verified tokens), so each draw's confidence is fixed before
@@ -54,8 +54,7 @@ import numpy as np
 
 from minieagle.calibration import Calibration, setting_name
 from minieagle.config import LlamaConfig
-from minieagle.drafters.eagle1 import Eagle1Drafter
-from minieagle.drafters.head_drafter import HeadDrafter
+from minieagle.drafters.head_drafter import HeadDrafter, draft_children
 from minieagle.dynamic_tree import (
     add_children,
     build_tree,
@@ -197,7 +196,7 @@ class Eagle2Drafter(HeadDrafter):
         # An EAGLE-3 head's logits are -inf outside its draft vocabulary: weight 0 there.
         finite = np.where(np.isneginf(logits), np.finfo(np.float64).min, logits)  # [F, V]
         for parent, row, row_log_q in zip(expanded, finite, log_q, strict=True):
-            drawn = Eagle1Drafter._children(self, row, self.top_k, rng)  # EAGLE-1's draws
+            drawn = draft_children(row, self.top_k, self.sampling, rng)  # EAGLE-1's draws
             tokens = np.asarray([[token for token, _ in drawn]])  # [1, m]
             q = drawn[0][1]  # [V] the processed draft distribution, the first draw's proposal
             confidence = np.log(self._draw_confidence(q, len(drawn)))[None, :]  # [1, m]

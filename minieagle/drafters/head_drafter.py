@@ -28,7 +28,7 @@ from minieagle.config import LlamaConfig
 from minieagle.errors import InvalidInputError
 from minieagle.heads import eagle3
 from minieagle.heads.eagle1 import Eagle1Config, head_forward, head_param_shapes, new_head_cache
-from minieagle.sampling import SamplingParams
+from minieagle.sampling import Randomness, SamplingParams, target_distribution, top_k_indices
 
 
 class Eagle1Head:
@@ -263,3 +263,27 @@ def _check_eagle1_head(target_config: LlamaConfig, head: dict, head_cfg: Eagle1C
                 f"head parameter {name!r} has shape {tuple(head[name].shape)} but its config "
                 f"says {tuple(shape)}; the weights and config.json do not belong together"
             )
+
+
+def draft_children(logits, count: int, sampling: SamplingParams, rng: Randomness) -> list[tuple]:
+    """Up to `count` (token, proposal) pairs for the children of a node whose draft logits
+    are `logits` [V] (host). T = 0: the top-ranked tokens (lowest id on ties), proposal None.
+    T > 0 (EAGLE-1): draws without replacement from q = the draft distribution processed
+    like the target's; child j carries q with children 0..j-1 removed and renormalised, the
+    distribution it was drawn from. Fewer children when q has fewer nonzero entries."""
+    if sampling.greedy:
+        order = top_k_indices(np.asarray(logits), count)  # [count] most likely first
+        return [(int(token), None) for token in order]
+    q = target_distribution(logits, sampling)  # [V] float64
+    children = []
+    for _ in range(count):
+        if not q.any():
+            break
+        token = int(rng.draw(q))
+        children.append((token, q))
+        q = q.copy()
+        q[token] = 0.0
+        total = q.sum()
+        if total > 0:
+            q /= total
+    return children
