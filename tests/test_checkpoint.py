@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
-import types
 
 import numpy as np
 import pytest
@@ -112,7 +110,15 @@ def test_safetensors_holds_exactly_the_hf_names_and_out_in_shapes(tmp_path, tied
         shapes = {name: tuple(f.get_slice(name).get_shape()) for name in f.keys()}
         metadata = f.metadata()
     assert shapes == expected
-    assert metadata["format"] == "np" and metadata["step"] == "7"
+    assert metadata["format"] == "pt" and metadata["step"] == "7"
+
+
+def test_checkpoints_written_with_the_old_np_format_tag_still_load(tmp_path, params):
+    save_checkpoint(tmp_path / "ckpt", params, NANO)
+    weights = tmp_path / "ckpt" / "model.safetensors"
+    save_file(load_file(str(weights)), str(weights), metadata={"format": "np"})
+    loaded, _, _ = load_checkpoint(tmp_path / "ckpt")
+    _assert_same(params, loaded)
 
 
 def test_config_json_has_both_rope_and_dtype_spellings(tmp_path, params):
@@ -240,17 +246,15 @@ def test_config_survives_the_hf_dict_round_trip(heads, head_dim, tied, theta, ep
 
 
 def test_saving_over_a_checkpoint_replaces_it(tmp_path, params):
-    class FakeTokenizer:
-        def save(self, path):
-            path.write_text("{}")
+    from minieagle.tokenizer import Tokenizer
 
-    save_checkpoint(tmp_path / "ckpt", params, NANO, FakeTokenizer())
+    save_checkpoint(tmp_path / "ckpt", params, NANO, Tokenizer([]))
     assert (tmp_path / "ckpt" / "tokenizer.json").exists()
     new = init_params(NANO, seed=1)
     save_checkpoint(tmp_path / "ckpt", new, NANO)
     loaded, _, _ = load_checkpoint(tmp_path / "ckpt")
     _assert_same(new, loaded)
-    assert not (tmp_path / "ckpt" / "tokenizer.json").exists()
+    assert sorted(os.listdir(tmp_path / "ckpt")) == ["config.json", "model.safetensors"]
     assert os.listdir(tmp_path) == ["ckpt"]
 
 
@@ -413,24 +417,16 @@ def test_sharded_checkpoints_are_refused(saved):
         load_checkpoint(saved)
 
 
-def test_tokenizer_is_saved_and_loaded(tmp_path, params, monkeypatch):
-    class FakeTokenizer:
-        def __init__(self, text="merges"):
-            self.text = text
+def test_tokenizer_is_saved_and_loaded(tmp_path, params):
+    """Our format in minieagle_tokenizer.json, the HF export in tokenizer.json (+ config);
+    loading reads ours (tests/test_hf_tokenizer.py checks the HF files)."""
+    from minieagle.tokenizer import Tokenizer
 
-        def save(self, path):
-            path.write_text(json.dumps({"text": self.text}))
-
-        @classmethod
-        def load(cls, path):
-            return cls(json.loads(path.read_text())["text"])
-
-    module = types.ModuleType("minieagle.tokenizer")
-    module.Tokenizer = FakeTokenizer
-    monkeypatch.setitem(sys.modules, "minieagle.tokenizer", module)
-    save_checkpoint(tmp_path / "ckpt", params, NANO, FakeTokenizer("abc"))
+    save_checkpoint(tmp_path / "ckpt", params, NANO, Tokenizer([(3 + 97, 3 + 98)]))
+    names = {"minieagle_tokenizer.json", "tokenizer.json", "tokenizer_config.json"}
+    assert names <= set(os.listdir(tmp_path / "ckpt"))
     _, _, tokenizer = load_checkpoint(tmp_path / "ckpt")
-    assert isinstance(tokenizer, FakeTokenizer) and tokenizer.text == "abc"
+    assert isinstance(tokenizer, Tokenizer) and tokenizer.merges == [(100, 101)]
     assert load_checkpoint(tmp_path / "ckpt", with_tokenizer=False)[2] is None
 
 

@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 from gradcheck import failures, gradient_errors
+from safetensors import safe_open
 
 from minieagle import backend, losses, model
 from minieagle.config import preset
@@ -275,6 +276,8 @@ def test_save_and_load_round_trip_bit_for_bit(tmp_path, inputs):
     config = json.loads((tmp_path / "head" / "config.json").read_text())
     assert config["num_hidden_layers"] == 1 and config["bias"] == cfg.fc_bias
     assert config["minieagle_inputs"] == inputs and config["minieagle_target"] == "somewhere/small"
+    with safe_open(str(tmp_path / "head" / "model.safetensors"), framework="np") as f:
+        assert f.metadata()["format"] == "pt"  # the tag transformers 4.x requires
     save_head(tmp_path / "head", init_head(cfg, seed=9), cfg)  # replaces the whole directory
     assert not np.array_equal(load_head(tmp_path / "head")[0]["fc.weight"], head["fc.weight"])
 

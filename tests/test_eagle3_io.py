@@ -224,6 +224,8 @@ def _error(directory, **load_options) -> str:
 def test_a_saved_head_meets_the_spec(tmp_path, dtype, ids):
     directory, _ = _saved(tmp_path, ids=ids, dtype=dtype)
     assert spec_problems(directory, draft_vocab_size=len(ids), weights=dtype) == []
+    with safe_open(str(directory / "model.safetensors"), framework="np") as f:
+        assert f.metadata()["format"] == "pt"  # the tag transformers 4.x requires
 
 
 def test_the_aux_ids_of_the_shipped_12_layer_target_are_those_of_the_table(tmp_path):

@@ -27,7 +27,14 @@ from safetensors.numpy import load_file
 from minieagle import model
 from minieagle import train as train_module
 from minieagle import train_eagle as train_eagle_module
-from minieagle.checkpoint import load_checkpoint, save_checkpoint, write_directory_atomically
+from minieagle.checkpoint import (
+    CONFIG_FILE,
+    TOKENIZER_FILES,
+    WEIGHTS_FILE,
+    load_checkpoint,
+    save_checkpoint,
+    write_directory_atomically,
+)
 from minieagle.cli import PRETRAINED, main
 from minieagle.config import preset
 from minieagle.errors import InvalidInputError, TrainingDivergedError
@@ -460,7 +467,7 @@ def test_temporary_names_carry_the_pid_and_the_old_directory_goes(tmp_path, monk
     write_directory_atomically(
         final,
         lambda new: names.append(new.name),
-        own_files=("config.json", "model.safetensors", "tokenizer.json"),
+        own_files=(CONFIG_FILE, WEIGHTS_FILE, *TOKENIZER_FILES),
         kind="checkpoint",
     )
     pid = os.getpid()

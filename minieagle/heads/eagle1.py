@@ -338,7 +338,7 @@ def save_head(directory, head: dict, cfg: Eagle1Config, *, target_dir=None, dtyp
 
     def write(new: Path) -> None:
         (new / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-        write_tensors(new / WEIGHTS_FILE, head, dtype, {"format": "np"})
+        write_tensors(new / WEIGHTS_FILE, head, dtype)
 
     return write_directory_atomically(
         directory, write, own_files=(CONFIG_FILE, WEIGHTS_FILE), kind="draft head"

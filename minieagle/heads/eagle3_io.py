@@ -181,7 +181,7 @@ def save_eagle3_head(
 
     def write(new: Path) -> None:
         (new / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
-        write_tensors(new / WEIGHTS_FILE, tensors, dtype, {"format": "np"})
+        write_tensors(new / WEIGHTS_FILE, tensors, dtype)
 
     return write_directory_atomically(
         directory, write, own_files=(CONFIG_FILE, WEIGHTS_FILE), kind="EAGLE-3 head"
