@@ -50,7 +50,7 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 from minieagle.bench import prompt_set
@@ -124,6 +124,9 @@ def _recorded_differences(cfg: EagleTrainConfig) -> dict:
     recorded = json.loads(path.read_text())
     wanted = json.loads(json.dumps(asdict(cfg)))  # tuples as lists, as the run file holds them
     wanted["target"] = str(Path(cfg.target).resolve())
+    # a field added since the run was recorded had its default then
+    defaults = json.loads(json.dumps({f.name: f.default for f in fields(EagleTrainConfig)}))
+    recorded = {**{k: v for k, v in defaults.items() if k not in recorded}, **recorded}
     return {k: (recorded.get(k), v) for k, v in wanted.items() if recorded.get(k) != v}
 
 

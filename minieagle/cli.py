@@ -294,6 +294,7 @@ _HEAD_FLAGS = {  # flag -> the head it shapes
     "ttt_steps": "eagle3",
     "draft_vocab_size": "eagle3",
     "aux_layers": "eagle3",
+    "lm_head_init": "eagle3",
 }
 
 
@@ -313,7 +314,7 @@ def _train_eagle_head(args) -> int:
     names = ("target", "inputs", "noise", "out_dir", "steps", "batch_size", "seq_len", "lr")
     names += ("warmup_steps", "eval_every", "eval_batches", "save_every", "seed")
     names += ("export_dir", "export_dtype", "max_train_chars", "data", "generated_tokens")
-    names += ("ttt_steps", "draft_vocab_size", "aux_layers")
+    names += ("ttt_steps", "draft_vocab_size", "aux_layers", "lm_head_init")
     fields = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.what == "eagle3":
         fields.setdefault("out_dir", "runs/eagle3")
@@ -603,6 +604,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_integer(0, "a size such as 1024, or 0 to cover 99%% of the training tokens"),
         help="eagle3: draft vocabulary size (0 = the fewest frequent tokens covering 99%% of "
         "the training tokens; the target's vocabulary size = no reduction)",
+    )
+    p.add_argument(
+        "--lm-head-init",
+        dest="lm_head_init",
+        choices=("random", "target"),
+        help="eagle3: how the draft LM head and final norm start: random (the official code) "
+        "or target (the target's rows for the draft vocabulary and its final norm)",
     )
     p.add_argument(
         "--aux-layers",

@@ -28,6 +28,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from minieagle import model
+from minieagle.backend import to_host
 from minieagle.checkpoint import load_checkpoint, target_fingerprint
 from minieagle.errors import InvalidInputError
 from minieagle.heads import eagle3
@@ -64,6 +65,7 @@ DEFAULT_TARGET = str(Path(__file__).parent / "pretrained" / "small")
 RUN_FILE = "eagle_train_config.json"
 DATA_SOURCES = ("corpus", "generated", "corpus+generated")
 HEADS = ("eagle1", "eagle3")
+LM_HEAD_INITS = ("random", "target")
 
 
 @dataclass
@@ -80,6 +82,9 @@ class EagleTrainConfig:
     aux_layers: tuple[int, ...] = ()  # eagle3: 3 fused layers or 1 (e.g. (L,)); () = (2, L//2, L-3)
     draft_vocab_size: int = 0  # eagle3: 0 = the fewest tokens covering draft_vocab_coverage
     draft_vocab_coverage: float = 0.99  # eagle3: share of training tokens the vocabulary covers
+    # eagle3: how the draft LM head and final norm start: "random" (as the official code) or
+    # "target": the target's LM-head rows of the draft vocabulary and its final norm
+    lm_head_init: str = "random"
     corpora: tuple[str, ...] = ("prose", "code")
     steps: int = 2500
     batch_size: int = 8
@@ -124,6 +129,15 @@ class EagleTrainConfig:
             )
         if self.inputs not in INPUTS:
             raise InvalidInputError(f"inputs={self.inputs!r} is not one of {INPUTS}")
+        if self.lm_head_init not in LM_HEAD_INITS:
+            raise InvalidInputError(
+                f"lm_head_init={self.lm_head_init!r} is not one of {LM_HEAD_INITS}"
+            )
+        if self.head == "eagle1" and self.lm_head_init != "random":
+            raise InvalidInputError(
+                f"lm_head_init={self.lm_head_init!r} is for EAGLE-3 heads; an EAGLE-1 head already "
+                "uses the target's LM head: leave it 'random'"
+            )
         for name, example in (("noise", "0.1"), ("p_weight", "0.1")):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
@@ -362,7 +376,17 @@ class Eagle3Recipe:
         )
 
     def init_head(self, seed: int) -> dict:
-        return eagle3.init_head(self.head_cfg, seed=seed)
+        """A fresh head; with lm_head_init="target" its LM head starts as the target's rows for
+        the draft vocabulary (draft id i -> target id vocab.ids[i]) and its final norm as the
+        target's, so the draft begins by reading its last hidden state as the target reads its
+        own (EAGLE-1 borrows the target's head outright; the official EAGLE-3 code starts both at
+        random)."""
+        head = eagle3.init_head(self.head_cfg, seed=seed)
+        if self.cfg.lm_head_init == "target":
+            rows = to_host(self.vocab.ids)
+            head["lm_head.weight"] = np.array(model.lm_head_weight(self.target_params)[rows])
+            head["norm.weight"] = np.array(self.target_params["model.norm.weight"])
+        return head
 
     def target_batch(self, windows: np.ndarray):
         """(windows [B, L + 1], fused features [B, L, k d] at positions 0 .. L-1, target

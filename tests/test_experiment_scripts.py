@@ -108,6 +108,21 @@ def test_the_scaling_script_trains_eight_heads_once_and_plots(scripts, tmp_path)
     assert calls == {"train": 8, "bench": 8}  # nothing trained or benched again
     assert _head_files(out) == trained
 
+    # the LM-head-init experiment retrains one EAGLE-3 point of that run and benches it
+    lm_head_init = importlib.import_module("eagle3_lm_head_init")
+    argv = ["--scaling", str(tmp_path / "s.json"), "--points", "1/8"]
+    lm_head_init.main(
+        [*argv, "--out", str(tmp_path / "lminit"), "--json", str(tmp_path / "l.json")]
+    )
+    assert calls == {"train": 9, "bench": 10}
+    point = json.loads((tmp_path / "l.json").read_text())["points"]["1/8"]
+    assert set(point) == {"heldout", "ood"}
+    assert set(point["heldout"]["T=0"]) == {"eagle1", "random", "target"}
+    recorded = json.loads(
+        (tmp_path / "lminit" / "eagle3-data1of8" / "eagle_train_config.json").read_text()
+    )
+    assert recorded["lm_head_init"] == "target" and recorded["head"] == "eagle3"
+
 
 @pytest.mark.parametrize(
     ("module", "command"),

@@ -165,11 +165,36 @@ def test_resuming_another_head_is_refused(tmp_path, target_dir):
         ({"step_weight": 1.5}, r"step_weight=1.5 must be in \(0, 1\]"),
         ({"draft_vocab_size": -1}, "draft_vocab_size=-1 must be >= 0"),
         ({"draft_vocab_coverage": 0.0}, r"draft_vocab_coverage=0.0 must be in \(0, 1\]"),
+        ({"lm_head_init": "zeros"}, "lm_head_init='zeros' is not one of"),
+        ({"head": "eagle1", "aux_layers": (), "lm_head_init": "target"}, "is for EAGLE-3 heads"),
     ],
 )
 def test_bad_settings_are_refused(tmp_path, target_dir, changes, message):
     with pytest.raises(ValueError, match=message):
         _config(target_dir, tmp_path, **changes)
+
+
+@pytest.mark.parametrize("init", ["random", "target"])
+def test_the_draft_lm_head_starts_at_random_or_as_the_targets_rows(tmp_path, target_dir, init):
+    """lm_head_init="target": draft row i is the target's LM-head row vocab.ids[i] and the final
+    norm is the target's; "random" (the official code) leaves both as `eagle3.init_head` makes
+    them."""
+    params, config, _ = load_checkpoint(target_dir)
+    cfg = _config(target_dir, tmp_path, lm_head_init=init)
+    streams = [np.arange(config.vocab_size)[::-1] % 200]  # ids 0..199: a reduced vocabulary
+    recipe = train_eagle_module.Eagle3Recipe(cfg, params, config, streams)
+    head = recipe.init_head(seed=0)
+    ids = recipe.vocab.ids
+    assert len(ids) < config.vocab_size
+    copied = np.array_equal(head["lm_head.weight"], params["model.embed_tokens.weight"][ids])
+    same_norm = np.array_equal(head["norm.weight"], params["model.norm.weight"])
+    assert copied == same_norm == (init == "target")
+    fresh = eagle3.init_head(recipe.head_cfg, seed=0)
+    assert all(
+        np.array_equal(head[k], fresh[k])
+        for k in fresh
+        if k not in ("lm_head.weight", "norm.weight")
+    )
 
 
 def test_bad_heads_are_refused_before_training(tmp_path, target_dir):
@@ -186,13 +211,14 @@ def test_the_command_line_trains_an_eagle3_head(tmp_path, target_dir, capsys):
     argv = ["train", "eagle3", "--target", str(target_dir), "--out-dir", str(tmp_path / "run")]
     argv += ["--aux-layers", "1", "2", "3", "--ttt-steps", "2", "--draft-vocab-size", "200"]
     argv += ["--steps", "2", "--batch-size", "2", "--seq-len", "16", "--eval-batches", "1"]
-    argv += ["--max-train-chars", "20000", "--quiet"]
+    argv += ["--max-train-chars", "20000", "--lm-head-init", "target", "--quiet"]
     assert main(argv) == 0
     assert "EAGLE-3 head written to" in capsys.readouterr().out
     _, cfg, vocab = load_eagle3_head(tmp_path / "run" / "final")
     assert cfg.draft_vocab_size == vocab.size == 200
     saved = json.loads((tmp_path / "run" / "eagle_train_config.json").read_text())
     assert saved["head"] == "eagle3" and saved["ttt_steps"] == 2
+    assert saved["lm_head_init"] == "target"
     assert main([*argv, "--inputs", "token"]) == 2
     assert "--inputs applies to `train eagle1`, not `train eagle3`" in capsys.readouterr().err
     generate = ["generate", "def", "--model", str(target_dir), "--method", "eagle3"]
