@@ -2,8 +2,8 @@
 prompt encoded with the template's special tokens, the reply streamed as the speculative loop
 accepts tokens.
 
-Rendering follows transformers' `apply_chat_template` (src/transformers/utils/
-chat_template_utils.py): a Jinja2 `ImmutableSandboxedEnvironment` with `trim_blocks` and
+Rendering follows transformers' `apply_chat_template` (the facts: docs/real_models.md, "Chat
+templates"): a Jinja2 `ImmutableSandboxedEnvironment` with `trim_blocks` and
 `lstrip_blocks`, the `loopcontrols` extension and a `{% generation %}` block tag, a `tojson`
 filter that does not escape HTML (`json.dumps`, ensure_ascii off), the globals `raise_exception`
 and `strftime_now`, and the variables `messages`, `tools` (None), `documents` (None),

@@ -253,7 +253,7 @@ def export_hf_tokenizer_config(tok: Tokenizer) -> dict:
 
 # ------------------------------------------------------------------------------- from GGUF
 
-# llama.cpp's pre-tokenizer regexes (src/llama-vocab.cpp, `llm_tokenizer_bpe`), applied one
+# llama.cpp's pre-tokenizer regexes (docs/real_models.md, "From GGUF metadata"), applied one
 # after the other: each splits the pieces the one before left, keeping unmatched text as
 # pieces of its own. "smollm" shares its list with starcoder, refact, command-r and others:
 # every number character alone, then GPT-2's regex.
