@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -570,6 +571,15 @@ def test_smollm2_tokenizer_gives_transformers_ids(smollm2_dir):
     for question in SMOLLM2_CHAT_IDS:
         messages = [{"role": "user", "content": question}]
         assert encode_chat(tok, template, messages) == smollm2_chat_ids(question), question
+    # the chats of tests/fixtures/smollm2, whose ids transformers 4.57.6 gave (its README)
+    fixtures = Path(__file__).parent / "fixtures" / "smollm2"
+    prompts = json.loads((fixtures / "reference.json").read_text())["prompts"]
+    reference = np.load(fixtures / "reference.npz")
+    chats = [name for name, prompt in prompts.items() if prompt.get("messages")]
+    assert len(chats) == 2
+    for name in chats:
+        ids = encode_chat(tok, template, prompts[name]["messages"])
+        assert ids == reference[f"{name}.input_ids"].tolist(), name
     reply = [19556, 17, 1073, 416, 339, 724, 346, 1834, 47]  # llama.cpp's, in an Ollama log
     assert tok.encode("Hello! How can I help you today?") == reply
     assert [tok.token_text(i) for i in tok.encode("2024")] == ["2", "0", "2", "4"]  # digits alone
