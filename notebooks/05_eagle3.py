@@ -472,6 +472,37 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
+# ### More data: the paper's Figure 1 in miniature
+#
+# The paper's case for EAGLE-3 is that it keeps improving with data where EAGLE-1's feature
+# regression flattens. `benchmarks/eagle3_scaling.py` trained both heads on 1/8 .. all of our
+# corpora (half a pass each) and benched them through the same tree; its measured results ship in
+# `docs/results/eagle3-scaling.json` (docs/eagle3.md explains them). Read them back:
+
+# %%
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+scaling_json = Path(model.__file__).parents[1] / "docs" / "results" / "eagle3-scaling.json"
+if scaling_json.is_file():
+    points = json.loads(scaling_json.read_text())["points"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.5), sharey=True)
+    for ax, prompt_kind in zip(axes, ("heldout", "ood"), strict=True):
+        for head, label in (("eagle1", "EAGLE-1 head"), ("eagle3", "EAGLE-3 head")):
+            mine = [p for p in points if p["head"] == head]
+            tokens = [p["train_tokens"] for p in mine]
+            ax.plot(tokens, [p["tau"]["T=0"][prompt_kind] for p in mine], marker="o", label=label)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("training tokens")
+        ax.set_title(f"{prompt_kind} prompts, T = 0")
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel("τ (tokens per target forward)")
+    plt.tight_layout()
+    plt.show()
+else:
+    print(f"{scaling_json} is not here (an installed copy without docs/): see docs/eagle3.md")
+
+# %% [markdown]
 # ## 6. What to try
 #
 # 1. **Fusion.** Train a head on the top three layers only (`minieagle train eagle3 --aux-layers 9
