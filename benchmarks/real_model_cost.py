@@ -1,0 +1,68 @@
+"""The cost curve of a real model on this machine: vanilla decoding ms/token and the cost of one
+verification forward of N = 1, 2, 4, .., 64 tokens relative to N = 1 (float32, the KV cache
+holding the prompt). These two numbers decide which draft trees can pay off (docs/benchmarks.md);
+for SmolLM2-135M-Instruct, whose weights (538 MB in float32) do not sit in cache, the curve is
+flatter than for the 2.6M-parameter target.
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/real_model_cost.py --out docs/results/smollm2-cost.json
+
+--model DIR measures another checkpoint (default: SmolLM2, fetched and imported into the cache
+on first use by `minieagle.importers.smollm2.ensure_smollm2`). The prompts are the two chats of
+tests/fixtures/smollm2 (their token ids, so no tokenizer is needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from minieagle.bench import machine_info, measure_decode, measure_verify_cost
+from minieagle.checkpoint import load_checkpoint
+
+FIXTURE = Path(__file__).parents[1] / "tests" / "fixtures" / "smollm2" / "reference.npz"
+SIZES = (1, 2, 4, 8, 16, 32, 64)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="checkpoint directory (default: SmolLM2 from the cache)")
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    if args.model is None:
+        from minieagle.importers.smollm2 import ensure_smollm2
+
+        args.model = str(ensure_smollm2())
+    params, config, _ = load_checkpoint(args.model, with_tokenizer=False)
+    reference = np.load(FIXTURE)
+    prompts = [
+        reference[f"{name}.input_ids"].tolist() for name in ("chat_capital", "chat_multiturn")
+    ]
+    results = {
+        "model": args.model,
+        "params": sum(int(p.size) for p in params.values()),
+        "machine": machine_info(),
+        "decode": measure_decode(
+            params, config, prompts, new_tokens=args.new_tokens, repeats=args.repeats
+        ),
+        "verify": measure_verify_cost(
+            params, config, prompts[0], sizes=SIZES, repeats=max(5, args.repeats)
+        ),
+    }
+    ms = results["decode"]["ms_per_token"]
+    print(f"vanilla decoding: {ms['median']:.1f} ms/token [{ms['min']:.1f}..{ms['max']:.1f}]")
+    for n, ratio in results["verify"]["relative_to_one"].items():
+        print(f"verify N = {n:>2}: {ratio:.2f} x N = 1")
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+        print(f"results written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
