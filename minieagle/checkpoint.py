@@ -33,6 +33,7 @@ from safetensors.numpy import save_file
 from minieagle.backend import to_host
 from minieagle.config import LlamaConfig
 from minieagle.errors import InvalidInputError, MissingFileError
+from minieagle.hf_tokenizer import TOKENIZER_FILES  # what a saved tokenizer writes
 from minieagle.model import param_shapes
 
 if TYPE_CHECKING:
@@ -42,8 +43,6 @@ if TYPE_CHECKING:
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
-# What a saved tokenizer writes (minieagle.hf_tokenizer): our own format, and the HF files.
-TOKENIZER_FILES = ("minieagle_tokenizer.json", TOKENIZER_FILE, "tokenizer_config.json")
 STORAGE_DTYPES = ("float32", "float16", "float64")  # what weights may be saved as
 # HF's LlamaConfig defaults, used when a config.json leaves a field out (they differ from ours).
 _HF_DEFAULTS = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "max_position_embeddings": 2048}
