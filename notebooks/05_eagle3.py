@@ -477,30 +477,18 @@ plt.show()
 # The paper's case for EAGLE-3 is that it keeps improving with data where EAGLE-1's feature
 # regression flattens. `benchmarks/eagle3_scaling.py` trained both heads on 1/8 .. all of our
 # corpora (half a pass each) and benched them through the same tree; its measured results ship in
-# `docs/results/eagle3-scaling.json` (docs/eagle3.md explains them). Read them back:
+# `docs/results/eagle3-scaling.json` and its plot (docs/eagle3.md explains them):
 
 # %%
-import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-scaling_json = Path(model.__file__).parents[1] / "docs" / "results" / "eagle3-scaling.json"
-if scaling_json.is_file():
-    points = json.loads(scaling_json.read_text())["points"]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.5), sharey=True)
-    for ax, prompt_kind in zip(axes, ("heldout", "ood"), strict=True):
-        for head, label in (("eagle1", "EAGLE-1 head"), ("eagle3", "EAGLE-3 head")):
-            mine = [p for p in points if p["head"] == head]
-            tokens = [p["train_tokens"] for p in mine]
-            ax.plot(tokens, [p["tau"]["T=0"][prompt_kind] for p in mine], marker="o", label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("training tokens")
-        ax.set_title(f"{prompt_kind} prompts, T = 0")
-        ax.legend(fontsize=8)
-    axes[0].set_ylabel("τ (tokens per target forward)")
-    plt.tight_layout()
-    plt.show()
+from IPython.display import Image, display  # noqa: E402
+
+scaling_plot = Path(model.__file__).parents[1] / "docs" / "results" / "eagle3-scaling.png"
+if scaling_plot.is_file():
+    display(Image(filename=str(scaling_plot)))  # drawn by benchmarks/eagle3_scaling.py --plot
 else:
-    print(f"{scaling_json} is not here (an installed copy without docs/): see docs/eagle3.md")
+    print(f"{scaling_plot} is not here (an installed copy without docs/): see docs/eagle3.md")
 
 # %% [markdown]
 # ## 6. What to try
