@@ -8,7 +8,9 @@ flatter than for the 2.6M-parameter target.
 
 --model DIR measures another checkpoint (default: SmolLM2, fetched and imported into the cache
 on first use by `minieagle.importers.smollm2.ensure_smollm2`). The prompts are the two chats of
-tests/fixtures/smollm2 (their token ids, so no tokenizer is needed).
+tests/fixtures/smollm2 (their token ids, so no tokenizer is needed) for SmolLM2, and two held-out
+windows of each bundled corpus for any other model (its own tokenizer encodes them).
+--device gpu runs the same code on CuPy (benchmarks/gpu.sh measures both lanes side by side).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from minieagle.bench import machine_info, measure_decode, measure_verify_cost
+from minieagle.backend import DEVICES, device_module, put
+from minieagle.bench import heldout_prompts, machine_info, measure_decode, measure_verify_cost
 from minieagle.checkpoint import load_checkpoint
 
 FIXTURE = Path(__file__).parents[1] / "tests" / "fixtures" / "smollm2" / "reference.npz"
@@ -32,19 +35,25 @@ def main(argv=None) -> int:
     parser.add_argument("--model", help="checkpoint directory (default: SmolLM2 from the cache)")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--device", choices=DEVICES, default="cpu")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
+    xp = device_module(args.device)
     if args.model is None:
         from minieagle.importers.smollm2 import ensure_smollm2
 
         args.model = str(ensure_smollm2())
-    params, config, _ = load_checkpoint(args.model, with_tokenizer=False)
-    reference = np.load(FIXTURE)
-    prompts = [
-        reference[f"{name}.input_ids"].tolist() for name in ("chat_capital", "chat_multiturn")
-    ]
+        params, config, _ = load_checkpoint(args.model, with_tokenizer=False)
+        reference = np.load(FIXTURE)
+        chats = ("chat_capital", "chat_multiturn")
+        prompts = [reference[f"{name}.input_ids"].tolist() for name in chats]
+    else:
+        params, config, tokenizer = load_checkpoint(args.model)
+        prompts = [ids for _, ids in heldout_prompts(tokenizer, per_corpus=2)]
+    params = put(params, xp)
     results = {
         "model": args.model,
+        "device": args.device,
         "params": sum(int(p.size) for p in params.values()),
         "machine": machine_info(),
         "decode": measure_decode(

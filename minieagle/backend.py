@@ -90,3 +90,52 @@ def scatter_add_rows(shape, rows, values):
         return out
     one_hot = rows[:, None] == arange(shape[0], like=rows)[None, :]  # [N, V] bool
     return xp.astype(one_hot, values.dtype).T @ values  # [V, N] @ [N, d] -> [V, d]
+
+
+DEVICES = ("cpu", "gpu")
+
+
+def device_module(device: str):
+    """The array module of a device name: numpy for "cpu", cupy for "gpu" (a clear error when
+    CuPy or a CUDA device is missing)."""
+    if device == "cpu":
+        return np
+    if device != "gpu":
+        from minieagle.errors import InvalidInputError
+
+        raise InvalidInputError(f"device={device!r} is not one of {DEVICES}; pass cpu or gpu")
+    try:
+        import cupy
+
+        cupy.cuda.runtime.getDeviceCount()
+    except Exception as error:  # ImportError, or CUDA's own error when no device is visible
+        from minieagle.errors import InvalidInputError
+
+        raise InvalidInputError(
+            f"device='gpu' needs CuPy and a CUDA device, but {type(error).__name__}: {error}; "
+            "install the extra on a CUDA machine (pip install 'minieagle[gpu]') or pass "
+            "--device cpu"
+        ) from error
+    return cupy
+
+
+def put(tree, xp):
+    """A copy of `tree` (dicts, lists, tuples) with every NumPy array moved to module `xp`
+    (numpy: kept as is; cupy: copied to the current GPU). Other leaves are kept, so a head's
+    config and its draft vocabulary travel unchanged."""
+    if isinstance(tree, np.ndarray):
+        return tree if xp is np else xp.asarray(tree)
+    if isinstance(tree, dict):
+        return {key: put(value, xp) for key, value in tree.items()}
+    if isinstance(tree, list | tuple):
+        return type(tree)(put(value, xp) for value in tree)
+    return tree
+
+
+def synchronize(x) -> None:
+    """Wait until the device has finished the work that produces `x` (nothing to wait for on
+    NumPy). Timers must call it before reading the clock: CuPy returns before a kernel ends."""
+    if array_module(x).__name__ == "cupy":
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from minieagle import layers, model
+from minieagle.backend import synchronize, to_device
 from minieagle.config import LlamaConfig
 from minieagle.errors import InvalidInputError, MissingFileError
 from minieagle.generate import generate
@@ -243,20 +244,23 @@ def measure_verify_cost(
     ratio shows how far that holds for a small model on a CPU."""
     from minieagle import tree as trees
 
+    embed = params["model.embed_tokens.weight"]  # inputs go where the weights are
     cache = KVCache.for_model(config, params, capacity=len(prompt) + max(sizes))
-    model.forward(params, config, np.asarray(prompt), cache=cache)
+    model.forward(params, config, to_device(prompt, embed), cache=cache)
     cached = cache.length
     times = {n: [] for n in sizes}
     for _ in range(repeats):
         for n in sizes:
             chain = trees.Tree.chain(prompt[-1], [prompt[-1]] * (n - 1))
-            tokens = np.asarray(chain.tokens)
-            positions = trees.position_ids(chain, cached)
-            mask = trees.attention_mask(chain, cached)
+            tokens = to_device(chain.tokens, embed)
+            positions = to_device(trees.position_ids(chain, cached), embed)
+            mask = to_device(trees.attention_mask(chain, cached), embed)
+            synchronize(embed)
             start = time.perf_counter()
-            model.forward(
+            logits, _, _ = model.forward(
                 params, config, tokens, position_ids=positions, attention_mask=mask, cache=cache
             )
+            synchronize(logits)  # a GPU returns before its kernels end
             times[n].append(1e3 * (time.perf_counter() - start))
             cache.crop(cached)
     one = statistics.median(times[sizes[0]])

@@ -23,16 +23,19 @@ DEMO_PROMPTS = (
 )
 
 
-def _load(model_dir: str | Path):
+def _load(model_dir: str | Path, device: str = "cpu"):
+    """(params, config, tokenizer) of a checkpoint, the params on `device` ("cpu" or "gpu")."""
+    from minieagle.backend import device_module, put
     from minieagle.checkpoint import load_checkpoint
 
+    xp = device_module(device)  # fails before the weights are read when CuPy is missing
     params, config, tokenizer = load_checkpoint(model_dir)
     if tokenizer is None:
         raise InvalidInputError(
             f"{model_dir} has no tokenizer.json, so a prompt cannot be encoded; copy the "
             "tokenizer.json the model was trained with into that directory"
         )
-    return params, config, tokenizer
+    return put(params, xp), config, tokenizer
 
 
 def _sampling(args):
@@ -86,9 +89,11 @@ def _drafter_factory(args, config, params=None):
     """A function returning a fresh drafter for args.method (None for vanilla); params are the
     target's (EAGLE heads read its embedding and LM head). Validates everything first, and
     warns when a head or draft model records another target than args.model."""
+    from minieagle.backend import array_module, put
     from minieagle.checkpoint import check_trained_for, load_checkpoint
     from minieagle.drafters import build_drafter
 
+    xp = array_module(params["model.embed_tokens.weight"])  # heads go where the target is
     draft_model = head = None
     depth = getattr(args, "depth", None)
     chain_depth = DEFAULT_CHAIN_DEPTH if depth is None else depth
@@ -113,7 +118,8 @@ def _drafter_factory(args, config, params=None):
                 f"draft model vocab_size={draft_config.vocab_size} differs from the target's "
                 f"{config.vocab_size}; both must share one tokenizer"
             )
-        draft_model = (draft_params, draft_config)
+        draft_model = (put(draft_params, xp), draft_config)
+    head = put(head, xp)
     method = args.method
     gamma = DEFAULT_GAMMA if getattr(args, "gamma", None) is None else args.gamma
     target = (params, config)
@@ -135,7 +141,7 @@ def cmd_generate(args) -> int:
     from minieagle.generate import generate
 
     check_method_flags(args)
-    params, config, tokenizer = _load(args.model)
+    params, config, tokenizer = _load(args.model, args.device)
     drafter = _drafter_factory(args, config, params)()
     prompt_ids = tokenizer.encode(args.prompt, add_bos=True)
     result = generate(
@@ -163,7 +169,7 @@ def cmd_chat(args) -> int:
     from minieagle.chat import Chat, load_chat_template
 
     check_method_flags(args)
-    params, config, tokenizer = _load(args.model)
+    params, config, tokenizer = _load(args.model, args.device)
     template = load_chat_template(args.model, tokenizer, args.template)
     chat = Chat(
         params,
@@ -347,6 +353,12 @@ def _check_output_file(path) -> None:
 
 def cmd_bench(args) -> int:
     _check_output_file(args.out)
+    if args.device != "cpu" and args.suite != "methods":
+        raise InvalidInputError(
+            f"--suite {args.suite} measures the NumPy model (matmul peak, training) and has no "
+            f"--device {args.device} lane; pass --suite methods, or use "
+            "benchmarks/real_model_cost.py --device gpu for decoding and the cost curve"
+        )
     if args.suite in ("model", "all"):
         from minieagle.bench import run_bench
 
@@ -355,7 +367,7 @@ def cmd_bench(args) -> int:
         from minieagle.bench import prompt_set
         from minieagle.bench_methods import compare_methods, format_report
 
-        params, config, tokenizer = _load(args.model)
+        params, config, tokenizer = _load(args.model, args.device)
         methods = {}
         # EAGLE-1 chains of 3 and 5 (the fastest and the deepest of earlier runs); --depth
         # sizes the dynamic trees of eagle2 and eagle3.
@@ -522,9 +534,19 @@ def build_parser() -> argparse.ArgumentParser:
             help="eagle2/eagle3: tree nodes verified per cycle, the root included (default 26)",
         )
 
+    def device_flag(p):
+        p.add_argument(
+            "--device",
+            choices=["cpu", "gpu"],
+            default="cpu",
+            help="where the arrays live: cpu (NumPy) or gpu (CuPy, the same code on a CUDA "
+            "device; pip install 'minieagle[gpu]')",
+        )
+
     def generation_flags(p):  # generate and chat: sampling, one method and its flags, --stats
         sampling_flags(p)
         method_flags(p, with_method=True)
+        device_flag(p)
         p.add_argument(
             "--calibration",
             help="eagle2/eagle3: rank the dynamic tree by calibrated scores from this file, "
@@ -657,6 +679,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--suite", choices=["model", "methods", "all"], default="model")
     p.add_argument("--model", default=str(DEFAULT_MODEL))
     method_flags(p, with_method=False)
+    device_flag(p)
     p.add_argument(
         "--prompts-per-corpus",
         dest="prompts_per_corpus",
