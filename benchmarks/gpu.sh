@@ -2,7 +2,7 @@
 # The GPU run: the CuPy tests, then the shipped target's decoding speed and cost curve and the
 # decoding methods side by side, all on CuPy, with the NumPy lane of the same machine beside them.
 #
-#   benchmarks/gpu.sh [OUT_DIR]            on a CUDA machine with CuPy (about 5 minutes on an H200)
+#   benchmarks/gpu.sh [OUT_DIR]            on a CUDA machine with CuPy (about 4 minutes on an H200)
 #   benchmarks/gpu.sh --dry-run [OUT_DIR]  anywhere: the same steps on NumPy at toy sizes (the
 #                                          CuPy tests then skip), to check the script before a
 #                                          GPU is spent on it
@@ -16,9 +16,9 @@
 # The package need not be installed: the script puts the repository on PYTHONPATH.
 set -uo pipefail
 
-device=gpu repeats=3 new_tokens=64 per_kind=2 cost_repeats=5
+device=gpu repeats=3 new_tokens=64 method_tokens=32 per_kind=2 cost_repeats=5
 if [[ "${1:-}" == "--dry-run" ]]; then
-  device=cpu repeats=1 new_tokens=8 per_kind=1 cost_repeats=1
+  device=cpu repeats=1 new_tokens=8 method_tokens=8 per_kind=1 cost_repeats=1
   shift
 fi
 # Each step has a time limit (seconds x GPU_LIMIT_SCALE), so one that hangs leaves time for the rest.
@@ -64,7 +64,7 @@ EOF
     --model minieagle/pretrained/small --device cpu --repeats "$cost_repeats" \
     --new-tokens "$new_tokens" --out "$out/gpu-host-cost.json"
   step methods 300 /dev/null "$python" -m minieagle bench --suite methods --device "$device" --prompts both \
-    --prompts-per-corpus "$per_kind" --repeats "$repeats" --new-tokens "$new_tokens" \
+    --prompts-per-corpus "$per_kind" --repeats "$repeats" --new-tokens "$method_tokens" \
     --out "$out/gpu-bench.json"
   echo "=== done: exit $status"
   exit "$status"
