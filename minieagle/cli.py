@@ -321,6 +321,7 @@ def _train_eagle_head(args) -> int:
     names += ("warmup_steps", "eval_every", "eval_batches", "save_every", "seed")
     names += ("export_dir", "export_dtype", "max_train_chars", "data", "generated_tokens")
     names += ("ttt_steps", "draft_vocab_size", "aux_layers", "lm_head_init")
+    names += ("chat_prompts", "prompt_tokens", "cache_features", "max_windows")
     fields = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.what == "eagle3":
         fields.setdefault("out_dir", "runs/eagle3")
@@ -613,6 +614,34 @@ def build_parser() -> argparse.ArgumentParser:
         dest="generated_tokens",
         type=_integer(1, "a count such as 200000"),
         help="--data generated: how many tokens the target writes first (200000)",
+    )
+    p.add_argument(
+        "--chat-prompts",
+        dest="chat_prompts",
+        action="store_const",
+        const=True,
+        help="--data generated: the target answers chat requests about corpus passages, "
+        "rendered with its chat template (self-distillation for an instruct model)",
+    )
+    p.add_argument(
+        "--prompt-tokens",
+        dest="prompt_tokens",
+        type=_integer(1, "a count such as 16"),
+        help="--data generated: corpus tokens in each prompt the target continues or answers (16)",
+    )
+    p.add_argument(
+        "--cache-features",
+        dest="cache_features",
+        action="store_const",
+        const=True,
+        help="eagle1/eagle3: compute the target's features of fixed windows once, float16 on "
+        "disk in OUT_DIR/features (resumable), instead of a target forward per batch",
+    )
+    p.add_argument(
+        "--max-windows",
+        dest="max_windows",
+        type=_integer(0, "a count such as 2000, or 0 for all"),
+        help="--cache-features: keep this many training windows (0 = all)",
     )
     p.add_argument(
         "--ttt-steps",

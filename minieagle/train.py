@@ -215,6 +215,11 @@ def encode_documents(tokenizer, documents, max_chars: int = 0) -> np.ndarray:
 
 def _tokenizer_key(tokenizer) -> str:
     """A short hash of the tokenizer's file content (names the token caches)."""
+    if not hasattr(tokenizer, "save"):  # an HF tokenizer: the files it would write
+        from minieagle.hf_tokenizer import tokenizer_files
+
+        text = json.dumps(tokenizer_files(tokenizer), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer.save(Path(tmp) / "tokenizer.json")
         return hashlib.sha256((Path(tmp) / "tokenizer.json").read_bytes()).hexdigest()[:12]

@@ -31,6 +31,7 @@ from minieagle import model
 from minieagle.backend import to_host
 from minieagle.checkpoint import load_checkpoint, target_fingerprint
 from minieagle.errors import InvalidInputError
+from minieagle.feature_cache import FeatureCache, tile_windows
 from minieagle.heads import eagle3
 from minieagle.heads.eagle1 import (
     INPUTS,
@@ -106,6 +107,13 @@ class EagleTrainConfig:
     generated_tokens: int = 200_000  # with data="generated": tokens the target writes first
     generate_temperature: float = 1.0  # ... sampled at this temperature (0 = greedy)
     prompt_tokens: int = 16  # ... each continuing a prompt of this many corpus tokens
+    # ... or, with chat_prompts, answering a chat request (the target's chat template) built
+    # from a corpus passage of prompt_tokens tokens: self-distillation for an instruct model
+    chat_prompts: bool = False
+    # compute the target's features of fixed windows once, float16 on disk (feature_cache.py),
+    # instead of a target forward per batch: for real targets, whose forward dominates
+    cache_features: bool = False
+    max_windows: int = 0  # with cache_features: keep this many windows (0 = all)
 
     def __post_init__(self) -> None:
         self.corpora = tuple(self.corpora)
@@ -178,6 +186,22 @@ def target_pairs(target_params, target_config, windows: np.ndarray):
 GENERATION_CHECKPOINT_EVERY = 64  # continuations between saves of a partial generation
 
 
+CHAT_REQUESTS = {  # with chat_prompts: a user request per corpus, {passage} filled in
+    "prose": "Explain the following passage in your own words:\n\n{passage}",
+    "code": "Explain what this Python code does, then continue it:\n\n```python\n{passage}\n```",
+}
+
+
+def chat_prompt(tokenizer, template: str, corpus: str, passage_ids) -> list[int]:
+    """A ChatML-style request about a corpus passage, rendered by the target's template and
+    ending with the cue for the assistant's answer."""
+    from minieagle.chat import encode_chat
+
+    request = CHAT_REQUESTS.get(corpus, CHAT_REQUESTS["prose"])
+    text = request.format(passage=tokenizer.decode([int(t) for t in passage_ids]).strip())
+    return encode_chat(tokenizer, template, [{"role": "user", "content": text}])
+
+
 def generated_stream(
     target_params,
     target_config,
@@ -185,6 +209,7 @@ def generated_stream(
     cfg: EagleTrainConfig,
     cache_path: Path | None,
     progress: bool = False,
+    chat=None,
 ) -> np.ndarray:
     """Training text written by the target itself (EAGLE paper §4.3.3, "target-generated data";
     EAGLE-3 regenerates all its data this way): continuations of random corpus prompts, sampled
@@ -194,7 +219,12 @@ def generated_stream(
     it is resumable too: every GENERATION_CHECKPOINT_EVERY continuations the text so far and the
     state of the prompt sampler go to `<cache_path>.partial.npz` (atomically), and a restarted
     run continues from there, so a kill costs at most that many continuations and the finished
-    text is the same as an uninterrupted run's."""
+    text is the same as an uninterrupted run's.
+
+    chat: (tokenizer, template, corpus names of prompt_streams), for cfg.chat_prompts: each
+    prompt is then a chat request about the passage (`chat_prompt`) and the continuation the
+    model's answer, which stops at its end of turn; text is the request and the answer."""
+    from minieagle.chat import end_of_turn_ids
     from minieagle.generate import generate
     from minieagle.sampling import SamplingParams
 
@@ -211,17 +241,27 @@ def generated_stream(
     bar = tqdm(total=cfg.generated_tokens, initial=total, disable=not progress,
                desc="target writes", unit="tok")  # fmt: skip
     while total < cfg.generated_tokens:
-        stream = prompt_streams[rng.integers(len(prompt_streams))]
+        which = rng.integers(len(prompt_streams))
+        stream = prompt_streams[which]
         start = rng.integers(0, len(stream) - cfg.prompt_tokens)
         prompt = stream[start : start + cfg.prompt_tokens].tolist()
+        new_tokens, stop = length, {}
+        if chat is not None:
+            tokenizer, template, corpora = chat
+            prompt = chat_prompt(tokenizer, template, corpora[which], prompt)
+            new_tokens = max(16, cfg.seq_len + 1 - len(prompt))  # an answer fills the window
+            stop["stop_token_ids"] = end_of_turn_ids(
+                tokenizer, template, target_config.eos_token_id
+            )
         result = generate(
             target_params,
             target_config,
             prompt,
-            max_new_tokens=length,
+            max_new_tokens=new_tokens,
             sampling=sampling,
             seed=int(rng.integers(2**31)),
-            stop_at_eos=False,
+            stop_at_eos=chat is not None,
+            **stop,
         )
         piece = np.asarray(prompt + result.tokens, dtype=np.int32)
         pieces.append(piece)
@@ -298,9 +338,16 @@ class Eagle1Recipe:
     def init_head(self, seed: int) -> dict:
         return init_head(self.head_cfg, seed=seed)
 
+    feature_keys = ("final",)  # the target's hidden states a batch is made of
+
     def target_batch(self, windows: np.ndarray):
         """What the head trains on for windows int [B, L + 1]: `target_pairs`."""
         return target_pairs(self.target_params, self.target_config, windows)
+
+    def batch_from_hidden(self, windows: np.ndarray, hidden: dict):
+        """The same batch from hidden states already computed (a `FeatureCache`)."""
+        features = hidden["final"]  # [B, L + 1, d]
+        return windows[:, 1:], features[:, :-1], features[:, 1:]
 
     def loss(self, head, batch, rng) -> tuple[float, dict, dict]:
         """(loss, {name: float} for the progress bar, grads)."""
@@ -397,6 +444,18 @@ class Eagle3Recipe:
         )
         fused = eagle3.fuse_features(hidden, aux)[:, :-1]  # [B, L, 3d]
         return windows, fused, logits[:, 1:]
+
+    @property
+    def feature_keys(self) -> tuple:
+        return (*self.head_cfg.aux_layers, "final")
+
+    def batch_from_hidden(self, windows: np.ndarray, hidden: dict):
+        """The same batch from hidden states already computed (a `FeatureCache`): the logits
+        are the final features through the target's LM head, as `model.forward` makes them."""
+        final = hidden["final"][:, 1:]  # [B, L, d]
+        logits = final @ model.lm_head_weight(self.target_params).T  # [B, L, V]
+        fused = eagle3.fuse_features(hidden, self.head_cfg.aux_layers)[:, :-1]
+        return windows, fused, logits
 
     def _ttt(self, head, batch):
         windows, fused, target_logits = batch
@@ -521,9 +580,15 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
         _require_stream_length(stream, f"{corpus} train", cfg.seq_len)
         _require_stream_length(val_streams[corpus], f"{corpus} val", cfg.seq_len)
     if cfg.data != "corpus":  # validation stays on the corpora: what the drafter will meet
+        chat = None
         name = f"generated-{cfg.generated_tokens}-T{cfg.generate_temperature}-s{cfg.seed}.npy"
+        if cfg.chat_prompts:
+            from minieagle.chat import load_chat_template
+
+            chat = (tokenizer, load_chat_template(cfg.target, tokenizer), cfg.corpora)
+            name = "chat-" + name
         generated = generated_stream(
-            target_params, target_config, train_streams, cfg, out_dir / name, progress
+            target_params, target_config, train_streams, cfg, out_dir / name, progress, chat
         )
         _require_stream_length(generated, "generated", cfg.seq_len)
         train_streams = [generated] if cfg.data == "generated" else [*train_streams, generated]
@@ -540,6 +605,15 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
         _discard_states(out_dir)
     (out_dir / RUN_FILE).write_text(json.dumps(record, indent=2))
 
+    cache = None
+    if cfg.cache_features:  # fixed windows, their target features computed once (on disk)
+        windows, sources = tile_windows(
+            train_streams, cfg.seq_len, np.random.default_rng(cfg.seed + 2), cfg.max_windows
+        )
+        cache = FeatureCache.build(
+            out_dir / "features", target_params, target_config, windows, sources,
+            recipe.feature_keys, fingerprint=record["target_fingerprint"], progress=progress,
+        )  # fmt: skip
     head = recipe.init_head(cfg.seed)
     optimizer = AdamW(head, AdamWConfig(lr=cfg.lr, weight_decay=cfg.weight_decay))
     rng = np.random.default_rng(cfg.seed)  # draws the batches and the feature noise
@@ -564,9 +638,13 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
         run_eval({"step": 0})
     t_start, steps_timed = time.perf_counter(), 0
     while step < cfg.steps:
-        inputs, targets = sample_batch(train_streams, cfg.batch_size, cfg.seq_len, rng)
-        windows = np.concatenate([inputs, targets[:, -1:]], axis=1)  # [B, L + 1]
-        loss, parts, grads = recipe.loss(head, recipe.target_batch(windows), rng)
+        if cache is None:
+            inputs, targets = sample_batch(train_streams, cfg.batch_size, cfg.seq_len, rng)
+            windows = np.concatenate([inputs, targets[:, -1:]], axis=1)  # [B, L + 1]
+            batch = recipe.target_batch(windows)
+        else:
+            batch = recipe.batch_from_hidden(*cache.batch(cache.sample(cfg.batch_size, rng)))
+        loss, parts, grads = recipe.loss(head, batch, rng)
         grad_norm = clip_grad_norm(grads, cfg.grad_clip)
         lr = cosine_lr(step, max_lr=cfg.lr, warmup_steps=cfg.warmup_steps, total_steps=cfg.steps)
         _require_finite(loss, grad_norm, step, lr, cfg.lr)
