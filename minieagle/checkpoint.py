@@ -66,12 +66,14 @@ def _minieagle_version() -> str:
         return "unknown"
 
 
-def config_to_hf_dict(config: LlamaConfig, dtype: str = "float32") -> dict:
+def config_to_hf_dict(config: LlamaConfig, dtype: str = "float32", pad_token_id=0) -> dict:
     """The `config.json` contents HF transformers writes for `config`: new and legacy spellings of
-    the RoPE and dtype fields, so both transformers 4.x and 5.x read it."""
+    the RoPE and dtype fields, so both transformers 4.x and 5.x read it. pad_token_id: the
+    tokenizer's padding id (ours is 0; an imported model's its own, e.g. 2 for SmolLM2; None
+    when it has none)."""
     d = {"architectures": ["LlamaForCausalLM"], "model_type": "llama"}
     d.update(dataclasses.asdict(config))
-    d.update(hidden_act="silu", attention_bias=False, mlp_bias=False, pad_token_id=0)
+    d.update(hidden_act="silu", attention_bias=False, mlp_bias=False, pad_token_id=pad_token_id)
     d["rope_parameters"] = {"rope_type": "default", "rope_theta": float(config.rope_theta)}
     d.update(rope_theta=float(config.rope_theta), rope_scaling=None)
     d.update(dtype=dtype, torch_dtype=dtype, minieagle_version=_minieagle_version())
@@ -233,7 +235,9 @@ def _write_files(
     target: Path, params: dict, config: LlamaConfig, tokenizer, dtype: str, metadata: dict
 ) -> None:
     """Write the checkpoint files into the (new, empty) directory `target`."""
-    (target / CONFIG_FILE).write_text(json.dumps(config_to_hf_dict(config, dtype), indent=2) + "\n")
+    pad = tokenizer.pad_id if tokenizer is not None else 0
+    config_json = config_to_hf_dict(config, dtype, pad_token_id=pad)
+    (target / CONFIG_FILE).write_text(json.dumps(config_json, indent=2) + "\n")
     write_tensors(target / WEIGHTS_FILE, params, dtype, metadata)
     if tokenizer is not None:
         from minieagle.hf_tokenizer import write_tokenizer_files

@@ -449,3 +449,22 @@ def test_saved_checkpoint_is_readable_by_everyone(tmp_path):
     assert stat.S_IMODE(directory.stat().st_mode) == 0o755
     for child in directory.iterdir():
         assert stat.S_IMODE(child.stat().st_mode) == 0o644, child.name
+
+
+def test_config_json_records_the_tokenizers_padding_id(tmp_path):
+    """An imported model's padding id (SmolLM2's is 2, its EOS) reaches config.json; ours is 0."""
+    from minieagle.cli import PRETRAINED
+    from minieagle.hf_tokenizer import (
+        HFTokenizer,
+        export_hf_tokenizer_config,
+        export_hf_tokenizer_json,
+    )
+
+    params, config, ours = load_checkpoint(PRETRAINED / "small")
+    tokenizer_config = export_hf_tokenizer_config(ours)
+    tokenizer_config["pad_token"] = "<|eos|>"
+    hf = HFTokenizer(export_hf_tokenizer_json(ours), tokenizer_config)
+    assert hf.pad_id == 2
+    for tokenizer, pad in ((hf, 2), (ours, 0), (None, 0)):
+        save_checkpoint(tmp_path / "ckpt", params, config, tokenizer)
+        assert json.loads((tmp_path / "ckpt" / "config.json").read_text())["pad_token_id"] == pad
