@@ -400,6 +400,14 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    from minieagle.heads.eagle1 import export_official
+
+    out = export_official(args.head, args.target, args.out, dtype=args.dtype)
+    print(f"EAGLE-1 head with embed_tokens.weight written to {out}")
+    return 0
+
+
 def cmd_import(args) -> int:
     from minieagle.importers import import_model
     from minieagle.importers.smollm2 import ensure_smollm2
@@ -726,6 +734,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--new-tokens", type=_integer(1, "a count such as 64"), default=64)
     p.add_argument("--out", help="write the results as JSON here")
     p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser(
+        "export",
+        help="write a trained EAGLE-1 head in the form the official EAGLE code loads (with the "
+        "target's embedding, embed_tokens.weight); see docs/eagle1.md",
+    )
+    p.add_argument("what", choices=["eagle1"], help="the kind of head")
+    p.add_argument("--head", required=True, help="the head directory (minieagle's format)")
+    p.add_argument("--target", required=True, help="the target checkpoint the head drafts for")
+    p.add_argument("--out", required=True, help="directory to write")
+    p.add_argument("--dtype", choices=["float32", "float16"], default="float16")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(
         "import",

@@ -344,3 +344,46 @@ def test_the_head_runs_on_a_non_default_array_api_device():
         np.testing.assert_allclose(backend.to_host(grad), want[2][name], rtol=0, atol=1e-12)
     full = head_forward(head, cfg, target, tokens, features)[0]
     np.testing.assert_allclose(backend.to_host(pred), full, rtol=0, atol=1e-12)
+
+
+# The state dict of the official EAGLE-1 head module (SafeAILab/EAGLE, v1 `cnets.Model` with
+# one layer, which has no input norm in layer 0), which it loads with strict=True.
+OFFICIAL_KEYS = {
+    "embed_tokens.weight", "fc.weight", "fc.bias",
+    "layers.0.self_attn.q_proj.weight", "layers.0.self_attn.k_proj.weight",
+    "layers.0.self_attn.v_proj.weight", "layers.0.self_attn.o_proj.weight",
+    "layers.0.mlp.gate_proj.weight", "layers.0.mlp.up_proj.weight",
+    "layers.0.mlp.down_proj.weight", "layers.0.post_attention_layernorm.weight",
+}  # fmt: skip
+
+
+def test_the_official_export_adds_the_targets_embedding_and_loads_back(tmp_path, capsys):
+    from safetensors.numpy import load_file
+
+    from minieagle.checkpoint import load_checkpoint
+    from minieagle.cli import PRETRAINED, main
+    from minieagle.heads.eagle1 import load_head
+
+    head_dir, target_dir = PRETRAINED / "small-eagle1", PRETRAINED / "small"
+    out = tmp_path / "official"
+    argv = ["export", "eagle1", "--head", str(head_dir), "--target", str(target_dir)]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert "embed_tokens.weight written to" in capsys.readouterr().out
+    stored = load_file(out / "model.safetensors")
+    assert set(stored) == OFFICIAL_KEYS and all(v.dtype == np.float16 for v in stored.values())
+    target, _, _ = load_checkpoint(target_dir)
+    np.testing.assert_array_equal(
+        stored["embed_tokens.weight"], target["model.embed_tokens.weight"].astype(np.float16)
+    )
+    head, _ = load_head(head_dir)
+    back, _ = load_head(out)  # our loader drops the embedding
+    assert set(back) == set(head)
+    for name in head:
+        np.testing.assert_array_equal(back[name], head[name].astype(np.float16).astype(np.float32))
+    # An embedding of another shape is refused with the fix.
+    stored["embed_tokens.weight"] = stored["embed_tokens.weight"][:, :8]
+    from safetensors.numpy import save_file
+
+    save_file(stored, out / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"embed_tokens.weight.*expected \(2048, 128\).*delete"):
+        load_head(out)

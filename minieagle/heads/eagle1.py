@@ -43,6 +43,8 @@ from minieagle.config import LlamaConfig
 from minieagle.errors import InvalidInputError
 from minieagle.kvcache import KVCache
 
+EMBED = "embed_tokens.weight"  # the target's embedding, as the official EAGLE head stores it
+
 INPUTS = ("token+feature", "token", "feature")
 LAYER_PREFIX = "layers.0."
 
@@ -365,6 +367,14 @@ def load_head(
     except ValueError as e:
         raise InvalidInputError(f"{config_path}: {e}") from e
     stored = read_tensors(weights_path, fix_missing=fix)
+    embed = stored.pop(EMBED, None)  # an export for the official code (`export_official`)
+    V, d_model = cfg.layer.vocab_size, cfg.layer.hidden_size
+    if embed is not None and tuple(embed.shape) != (V, d_model):
+        raise InvalidInputError(
+            f"{weights_path}: tensor {EMBED!r} has shape {tuple(embed.shape)}, expected "
+            f"{(V, d_model)} (the target's embedding); delete it (minieagle embeds with the "
+            "target's own)"
+        )
     try:
         _validate_head(stored, cfg)
     except ValueError as e:
@@ -372,3 +382,34 @@ def load_head(
     if target_dir is not None:
         check_trained_for(d, target_dir, kind="head", stacklevel=3)  # warn at the caller
     return {k: v.astype(dtype, copy=False) for k, v in stored.items()}, cfg
+
+
+def export_official(head_dir, target_dir, out_dir, *, dtype="float16") -> Path:
+    """The head at `head_dir` in the form the official EAGLE code (SafeAILab/EAGLE) loads:
+    the same `config.json` and tensors plus `embed_tokens.weight`, the target's embedding.
+
+    The official head module owns an `embed_tokens` and loads its state dict strictly, so a
+    file without it is refused there; minieagle's own heads leave it out (the head embeds with
+    the target's, and SmolLM2's embedding is 28M parameters against the head's 4M).
+    `load_head` reads an exported head too (it checks and drops the embedding)."""
+    from minieagle.checkpoint import load_checkpoint
+
+    head, cfg = load_head(head_dir, target_dir=target_dir, dtype=np.float32)
+    target, target_config, _ = load_checkpoint(target_dir, with_tokenizer=False)
+    if target_config.hidden_size != cfg.layer.hidden_size:
+        raise InvalidInputError(
+            f"the head in {head_dir} has hidden_size={cfg.layer.hidden_size} but the target in "
+            f"{target_dir} has {target_config.hidden_size}; pass the target it was trained for"
+        )
+    dtype = storage_dtype(dtype)
+    config = read_config_json(Path(head_dir) / CONFIG_FILE, fix_missing="")
+    tensors = {**head, EMBED: target["model.embed_tokens.weight"]}
+
+    def write(new: Path) -> None:
+        exported = {**config, "dtype": dtype, "torch_dtype": dtype}
+        (new / CONFIG_FILE).write_text(json.dumps(exported, indent=2) + "\n")
+        write_tensors(new / WEIGHTS_FILE, tensors, dtype)
+
+    return write_directory_atomically(
+        out_dir, write, own_files=(CONFIG_FILE, WEIGHTS_FILE), kind="draft head"
+    )
