@@ -93,8 +93,13 @@ def test_notebooks_are_found():
     assert NOTEBOOKS, f"no notebooks/*.py found under {NOTEBOOK_DIR}"
 
 
+REAL_MODEL_NOTEBOOKS = {"06_real_llm"}  # need SmolLM2 (downloaded into the cache on first use)
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs(path: Path, notebook_env) -> None:
+    if path.stem in REAL_MODEL_NOTEBOOKS and os.environ.get("MINIEAGLE_OFFLINE") == "1":
+        pytest.skip("MINIEAGLE_OFFLINE=1: this notebook needs SmolLM2, which is not fetched")
     run_notebook(path, TIMEOUT_S.get(path.stem, DEFAULT_TIMEOUT_S))
 
 

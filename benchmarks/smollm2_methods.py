@@ -1,0 +1,118 @@
+"""Every decoding method on the real SmolLM2-135M-Instruct, in one run: vanilla ms/token, the cost
+of verifying N = 1 .. 64 tokens relative to one, and τ, n-α and speedup of the EAGLE methods on
+chat prompts at T = 0 and T = 1, with the fraction of greedy outputs that differ from vanilla's.
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/smollm2_methods.py \
+        --out docs/results/smollm2-methods.json
+
+The prompts are chat requests rendered with the model's own template: "heldout-chat" asks about
+passages of the corpora's test splits (the heads trained on requests about the train splits),
+"ood-chat" about passages from other packages' docs and code (minieagle/data/ood_prompts.jsonl)
+plus two questions that name no passage. The heads default to the shipped
+minieagle/pretrained/smollm2-eagle1 and smollm2-eagle3 (docs/real_models.md says how they were
+trained). SmolLM2 has no smaller sibling sharing its tokenizer, so there is no draft-model row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from minieagle.bench import _ood_records, machine_info, measure_decode, measure_verify_cost
+from minieagle.bench_methods import compare_methods, format_report
+from minieagle.chat import encode_chat, load_chat_template
+from minieagle.checkpoint import load_checkpoint
+from minieagle.cli import PRETRAINED
+from minieagle.drafters import build_drafter
+from minieagle.heads.eagle1 import load_head
+from minieagle.heads.eagle3_io import load_eagle3_head
+from minieagle.train_eagle import CHAT_REQUESTS
+
+QUESTIONS = (
+    "Write a Python function that tells whether a string is a palindrome, with a short docstring.",
+    "What are three good habits for keeping a small software project easy to maintain?",
+)
+SIZES = (1, 2, 4, 8, 16, 32, 64)
+
+
+def chat_prompts(tokenizer, template: str, passage_chars: int = 400) -> list[tuple[str, list]]:
+    """(kind, ids): one request about a test-split passage of each corpus ("heldout-chat"), one
+    about an out-of-domain prose and code passage and the two QUESTIONS ("ood-chat")."""
+    from minieagle.data import load_split
+
+    def request(corpus: str, text: str) -> list[int]:
+        content = CHAT_REQUESTS[corpus].format(passage=text[:passage_chars].strip())
+        return encode_chat(tokenizer, template, [{"role": "user", "content": content}])
+
+    prompts = []
+    for corpus in ("prose", "code"):
+        document = next(d for d in load_split(corpus, "test") if len(d.text) >= passage_chars)
+        prompts.append(("heldout-chat", request(corpus, document.text)))
+    for kind in ("prose", "code"):
+        record = next(r for r in _ood_records() if r["kind"] == kind)
+        prompts.append(("ood-chat", request(kind, record["text"])))
+    for question in QUESTIONS:
+        messages = [{"role": "user", "content": question}]
+        prompts.append(("ood-chat", encode_chat(tokenizer, template, messages)))
+    return prompts
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="checkpoint directory (default: SmolLM2 from the cache)")
+    parser.add_argument("--eagle1-head", default=str(PRETRAINED / "smollm2-eagle1"))
+    parser.add_argument("--eagle3-head", default=str(PRETRAINED / "smollm2-eagle3"))
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    if args.model is None:
+        from minieagle.importers.smollm2 import ensure_smollm2
+
+        args.model = str(ensure_smollm2())
+    params, config, tokenizer = load_checkpoint(args.model, dtype=np.float32)
+    template = load_chat_template(args.model, tokenizer)
+    prompts = chat_prompts(tokenizer, template)
+    target = (params, config)
+    methods = {"vanilla": lambda: None}
+    if Path(args.eagle1_head, "model.safetensors").is_file():
+        eagle1 = load_head(args.eagle1_head, target_dir=args.model)
+        methods["eagle1-tree"] = lambda: build_drafter("eagle1", target=target, head=eagle1)
+        methods["eagle1-chain3"] = lambda: build_drafter(
+            "eagle1", target=target, head=eagle1, tree="chain:3"
+        )
+        methods["eagle2"] = lambda: build_drafter("eagle2", target=target, head=eagle1)
+    if Path(args.eagle3_head, "model.safetensors").is_file():
+        eagle3 = load_eagle3_head(args.eagle3_head, target_config=config, target_dir=args.model)
+        methods["eagle3"] = lambda: build_drafter("eagle3", target=target, head=eagle3)
+    results = {
+        "model": args.model,
+        "heads": {"eagle1": args.eagle1_head, "eagle3": args.eagle3_head},
+        "prompts": [{"kind": kind, "tokens": len(ids)} for kind, ids in prompts],
+        "machine": machine_info(),
+        "decode": measure_decode(
+            params, config, [ids for _, ids in prompts[:2]], new_tokens=32, repeats=args.repeats
+        ),
+        "verify": measure_verify_cost(params, config, prompts[0][1], sizes=SIZES, repeats=5),
+    }
+    ms = results["decode"]["ms_per_token"]
+    print(f"vanilla decoding: {ms['median']:.1f} ms/token [{ms['min']:.1f}..{ms['max']:.1f}]")
+    for n, ratio in results["verify"]["relative_to_one"].items():
+        print(f"verify N = {n:>2}: {ratio:.2f} x N = 1")
+    results["methods"] = compare_methods(
+        params, config, methods, prompts, new_tokens=args.new_tokens, repeats=args.repeats,
+        max_depth=7,
+    )  # fmt: skip
+    print(format_report(results["methods"]))
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+        print(f"results written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
