@@ -159,6 +159,16 @@ class EagleTrainConfig:
                 f"generated_tokens={self.generated_tokens} is too few for windows of "
                 f"{self.seq_len + 1}; pass at least {2 * (self.seq_len + 1)}"
             )
+        if self.chat_prompts and self.data == "corpus":
+            raise InvalidInputError(
+                "chat_prompts shapes the generated data, and data='corpus' generates none; pass "
+                "--data generated or corpus+generated with --chat-prompts"
+            )
+        if self.max_windows < 0 or (self.max_windows and not self.cache_features):
+            raise InvalidInputError(
+                f"max_windows={self.max_windows} applies to the feature cache only; pass "
+                "--cache-features with it (0 keeps every window)"
+            )
         if not (math.isfinite(self.generate_temperature) and self.generate_temperature >= 0):
             raise InvalidInputError(
                 f"generate_temperature={self.generate_temperature} must be >= 0 (0 = greedy)"

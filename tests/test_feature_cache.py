@@ -179,3 +179,15 @@ def test_chat_self_distillation_answers_each_request(small, tmp_path):
     again = generated_stream(params, config, [stream], cfg, tmp_path / "chat.npy")
     np.testing.assert_array_equal(again, ids)  # cached on disk
     assert Path(tmp_path / "chat.npy").is_file()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"chat_prompts": True}, "data='corpus' generates none"),
+        ({"max_windows": 10}, "pass --cache-features with it"),
+    ],
+)
+def test_options_that_would_be_ignored_are_refused(changes, message):
+    with pytest.raises(InvalidInputError, match=message):
+        EagleTrainConfig(target=str(PRETRAINED / "small"), **changes)
