@@ -9,7 +9,6 @@
 # chain with EAGLE-1's 26-node tree, and check that greedy EAGLE-1 is the target's greedy output.
 
 # %%
-import itertools
 import os
 
 import matplotlib.pyplot as plt
@@ -25,6 +24,7 @@ from minieagle.drafters.eagle1 import Eagle1Drafter
 from minieagle.generate import GenerationResult, generate
 from minieagle.heads.eagle1 import eagle1_metrics, head_forward
 from minieagle.kvcache import KVCache
+from minieagle.plotting import draw_tree
 from minieagle.sampling import SamplingParams, SeededRandomness, target_distribution
 from minieagle.train_eagle import load_or_train_head
 from minieagle.verify import verify
@@ -169,38 +169,16 @@ print(f"{len(draft_tree)} nodes in one target forward: {len(verdict.accepted)} a
 print(repr(tokenizer.decode(prompt_ids)), "+", repr(tokenizer.decode(emitted)))
 
 
-def draw_tree(tree, verdict, draft_logits, ax):
-    """Nodes at x = depth, leaves spread on y; green = accepted, red = checked and rejected,
-    white = never reached, grey = the root. Each label: the token and the head's probability."""
-    kids, y, leaves = trees.children(tree), {}, itertools.count()
-
-    def place(node):
-        y[node] = np.mean([place(c) for c in kids[node]]) if kids[node] else next(leaves)
-        return y[node]
-
-    place(0)
-    depth, reached = trees.depths(tree), {0, *verdict.accepted}
-    root = dict(ha="center", va="center", bbox=dict(facecolor="lightgrey"))
-    ax.text(0, y[0], show(tree.tokens[0]), **root)
-    for node in range(1, len(tree)):
-        parent, token = tree.parents[node], tree.tokens[node]
-        ax.plot([depth[parent], depth[node]], [y[parent], y[node]], color="grey", lw=0.8)
-        colour = "white" if parent not in reached else "lightsalmon"
-        colour = "palegreen" if node in verdict.accepted else colour
-        label = f"{show(token)}\n{softmax(draft_logits[parent])[token]:.2f}"
-        ax.text(depth[node], y[node], label, ha="center", va="center", fontsize=8,
-                bbox=dict(boxstyle="round", facecolor=colour))  # fmt: skip
-    last = ([0, *verdict.accepted])[-1]
-    ax.text(depth[last] + 0.6, y[last], f"target: {show(verdict.next_token)}", fontsize=8,
-            bbox=dict(boxstyle="round", facecolor="white", linestyle="--"))  # fmt: skip
-    ax.set_xlim(-0.5, depth.max() + 1)
-    ax.invert_yaxis()  # the most likely child (rank 0) on top
-    ax.set_xlabel("depth")
-    ax.set_yticks([])
-
-
 fig, axes = plt.subplots(1, 2, figsize=(14, 6), width_ratios=(2, 1))
-draw_tree(draft_tree, verdict, drafter.draft_logits, axes[0])
+probs = (
+    [1.0]
+    + [  # the head's probability of each draft given its parent (the root: 1)
+        softmax(drafter.draft_logits[p])[t]
+        for p, t in zip(draft_tree.parents[1:], draft_tree.tokens[1:], strict=True)
+    ]
+)
+labels = [f"{show(t)}\n{q:.2f}" for t, q in zip(draft_tree.tokens, probs, strict=True)]
+draw_tree(axes[0], draft_tree, verdict.accepted, labels, next_token=show(verdict.next_token))
 shown_cache = 4  # the mask's first `cached` columns are all True; show the last 4 of them
 axes[1].imshow(trees.attention_mask(draft_tree, cached)[:, cached - shown_cache :], cmap="Greys")
 axes[1].axvline(shown_cache - 0.5, color="tab:red")

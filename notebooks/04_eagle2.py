@@ -11,7 +11,6 @@
 # claim on held-out text, and check that greedy EAGLE-2 is the target's greedy output.
 
 # %%
-import itertools
 import os
 
 import matplotlib.pyplot as plt
@@ -27,6 +26,7 @@ from minieagle.drafters.eagle2 import DEFAULT_DEPTH, DEFAULT_TOP_K, Eagle2Drafte
 from minieagle.dynamic_tree import calibration_table, pool_depths
 from minieagle.generate import generate
 from minieagle.kvcache import KVCache
+from minieagle.plotting import draw_tree
 from minieagle.sampling import SamplingParams, SeededRandomness, target_distribution
 from minieagle.static_trees import DEFAULT_TREE
 from minieagle.train_eagle import load_or_train_head
@@ -141,33 +141,9 @@ print(repr(tokenizer.decode(prompt_ids)), "+", repr(tokenizer.decode(emitted)))
 confidence = np.concatenate([[1.0], np.exp(pool.log_q[selected])])  # [N] q (the root: 1)
 
 
-def draw_tree(tree, verdict, ax):
-    """Nodes at x = depth, leaves spread on y; green = the root and the accepted drafts, red =
-    checked and rejected, white = never reached. Each label: the token and its draft q."""
-    kids, y, leaves = trees.children(tree), {}, itertools.count()
-
-    def place(node):
-        y[node] = np.mean([place(c) for c in kids[node]]) if kids[node] else next(leaves)
-        return y[node]
-
-    place(0)
-    depth, reached = trees.depths(tree), {0, *verdict.accepted}
-    for node in range(len(tree)):
-        parent = max(tree.parents[node], 0)  # the root: a zero-length edge to itself
-        ax.plot([depth[parent], depth[node]], [y[parent], y[node]], color="grey", lw=0.8)
-        colour = "palegreen" if node in reached else "white"
-        colour = "lightsalmon" if parent in reached and colour == "white" else colour
-        ax.text(depth[node], y[node], f"{show(tree.tokens[node])} {confidence[node]:.2f}",
-                ha="center", va="center", fontsize=8,
-                bbox=dict(boxstyle="round", facecolor=colour))  # fmt: skip
-    ax.set_xlim(-0.5, depth.max() + 0.5)
-    ax.invert_yaxis()
-    ax.set_xlabel("depth")
-    ax.set_yticks([])
-
-
 fig, axes = plt.subplots(1, 2, figsize=(14, 7), width_ratios=(2, 1))
-draw_tree(draft_tree, verdict, axes[0])
+labels = [f"{show(t)} {q:.2f}" for t, q in zip(draft_tree.tokens, confidence, strict=True)]
+draw_tree(axes[0], draft_tree, verdict.accepted, labels)  # minieagle/plotting.py
 axes[0].set_title(f"the reranked tree; the target then emits {show(verdict.next_token)!r}")
 axes[1].imshow(trees.ancestor_mask(draft_tree), cmap="Greys")
 axes[1].set_title(f"tree mask (the {cached} cache columns, all True, left out)")

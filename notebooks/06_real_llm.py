@@ -15,7 +15,6 @@
 # same); later runs reuse the cache.
 
 # %%
-import itertools
 import json
 import os
 import time
@@ -44,6 +43,7 @@ from minieagle.heads.eagle1 import Eagle1Config, init_head, load_head
 from minieagle.importers.gguf_llama import unpermute_rope_rows
 from minieagle.importers.smollm2 import ensure_smollm2, fetch_smollm2
 from minieagle.kvcache import KVCache
+from minieagle.plotting import draw_tree
 from minieagle.sampling import SamplingParams, SeededRandomness, target_distribution
 from minieagle.verify import verify
 
@@ -441,38 +441,9 @@ assert verdict.next_token == int(np.argmax(tree_logits[([0, *verdict.accepted])[
 confidence = np.concatenate([[1.0], np.exp(drafter.pool.log_q[drafter.selected])])  # [N] q
 
 
-def draw_tree(tree, verdict, ax):
-    """Nodes at x = depth, leaves spread on y; green = the root and the accepted drafts, red =
-    checked and rejected, white = never reached. Each label: the token and the head's q."""
-    kids, y, leaves = trees.children(tree), {}, itertools.count()
-
-    def place(node):
-        y[node] = np.mean([place(c) for c in kids[node]]) if kids[node] else next(leaves)
-        return y[node]
-
-    place(0)
-    depth, reached = trees.depths(tree), {0, *verdict.accepted}
-    for node in range(len(tree)):
-        parent = max(tree.parents[node], 0)  # the root: a zero-length edge to itself
-        ax.plot([depth[parent], depth[node]], [y[parent], y[node]], color="grey", lw=0.8)
-        colour = "palegreen" if node in reached else "white"
-        colour = "lightsalmon" if parent in reached and colour == "white" else colour
-        ax.text(depth[node], y[node], f"{show(tree.tokens[node])} {confidence[node]:.2f}",
-                ha="center", va="center", fontsize=8,
-                bbox=dict(boxstyle="round", facecolor=colour))  # fmt: skip
-    ax.set_xlim(-0.5, depth.max() + 0.5)
-    ax.set_xticks(range(depth.max() + 1))
-    ax.invert_yaxis()  # the most likely child on top
-    ax.set_xlabel("depth (drafts below the root)")
-    ax.set_yticks([])
-    for colour, label in (("palegreen", "root / accepted"), ("lightsalmon", "checked, rejected"),
-                          ("white", "never reached")):  # fmt: skip
-        ax.scatter([], [], marker="s", s=80, color=colour, edgecolors="black", label=label)
-    ax.legend(loc="lower right", fontsize=8)
-
-
 fig, ax = plt.subplots(figsize=(13, 7))
-draw_tree(draft_tree, verdict, ax)
+labels = [f"{show(t)} {q:.2f}" for t, q in zip(draft_tree.tokens, confidence, strict=True)]
+draw_tree(ax, draft_tree, verdict.accepted, labels)  # minieagle/plotting.py
 ax.set_title(f"EAGLE-2 tree on SmolLM2 ({'trained' if shipped else 'untrained'} head); "
              f"the target then emits {show(verdict.next_token)!r}")  # fmt: skip
 plt.tight_layout()
