@@ -23,11 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from minieagle.backend import DEVICES, device_module, put
-from minieagle.bench import heldout_prompts, machine_info, measure_decode, measure_verify_cost
+from minieagle.bench import format_cost_curve, heldout_prompts, machine_info, measure_cost_curve
 from minieagle.checkpoint import load_checkpoint
 
 FIXTURE = Path(__file__).parents[1] / "tests" / "fixtures" / "smollm2" / "reference.npz"
-SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 
 def main(argv=None) -> int:
@@ -56,17 +55,11 @@ def main(argv=None) -> int:
         "device": args.device,
         "params": sum(int(p.size) for p in params.values()),
         "machine": machine_info(),
-        "decode": measure_decode(
+        **measure_cost_curve(
             params, config, prompts, new_tokens=args.new_tokens, repeats=args.repeats
         ),
-        "verify": measure_verify_cost(
-            params, config, prompts[0], sizes=SIZES, repeats=max(5, args.repeats)
-        ),
     }
-    ms = results["decode"]["ms_per_token"]
-    print(f"vanilla decoding: {ms['median']:.1f} ms/token [{ms['min']:.1f}..{ms['max']:.1f}]")
-    for n, ratio in results["verify"]["relative_to_one"].items():
-        print(f"verify N = {n:>2}: {ratio:.2f} x N = 1")
+    print(format_cost_curve(results))
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
         print(f"results written to {args.out}")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minieagle.bench import _ood_records, machine_info, measure_decode, measure_verify_cost
+from minieagle.bench import _ood_records, format_cost_curve, machine_info, measure_cost_curve
 from minieagle.bench_methods import compare_methods, format_report
 from minieagle.chat import encode_chat, load_chat_template
 from minieagle.checkpoint import load_checkpoint
@@ -36,7 +36,6 @@ QUESTIONS = (
     "Write a Python function that tells whether a string is a palindrome, with a short docstring.",
     "What are three good habits for keeping a small software project easy to maintain?",
 )
-SIZES = (1, 2, 4, 8, 16, 32, 64)
 
 
 def chat_prompts(tokenizer, template: str, passage_chars: int = 400) -> list[tuple[str, list]]:
@@ -94,15 +93,11 @@ def main(argv=None) -> int:
         "heads": {"eagle1": args.eagle1_head, "eagle3": args.eagle3_head},
         "prompts": [{"kind": kind, "tokens": len(ids)} for kind, ids in prompts],
         "machine": machine_info(),
-        "decode": measure_decode(
+        **measure_cost_curve(
             params, config, [ids for _, ids in prompts[:2]], new_tokens=32, repeats=args.repeats
         ),
-        "verify": measure_verify_cost(params, config, prompts[0][1], sizes=SIZES, repeats=5),
     }
-    ms = results["decode"]["ms_per_token"]
-    print(f"vanilla decoding: {ms['median']:.1f} ms/token [{ms['min']:.1f}..{ms['max']:.1f}]")
-    for n, ratio in results["verify"]["relative_to_one"].items():
-        print(f"verify N = {n:>2}: {ratio:.2f} x N = 1")
+    print(format_cost_curve(results))
     results["methods"] = compare_methods(
         params, config, methods, prompts, new_tokens=args.new_tokens, repeats=args.repeats,
         max_depth=7,

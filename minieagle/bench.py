@@ -271,6 +271,32 @@ def measure_verify_cost(
     }
 
 
+COST_SIZES = (1, 2, 4, 8, 16, 32, 64)  # the verification sizes of a cost curve
+
+
+def measure_cost_curve(
+    params, config: LlamaConfig, prompts, *, new_tokens: int, repeats: int, sizes=COST_SIZES
+) -> dict:
+    """The two numbers that decide which draft trees can pay on this machine: vanilla decoding
+    over `prompts` ({"decode": `measure_decode`}) and one verification forward of N tokens
+    after the first prompt ({"verify": `measure_verify_cost`}, at least 5 repeats)."""
+    return {
+        "decode": measure_decode(params, config, prompts, new_tokens=new_tokens, repeats=repeats),
+        "verify": measure_verify_cost(
+            params, config, prompts[0], sizes=sizes, repeats=max(5, repeats)
+        ),
+    }
+
+
+def format_cost_curve(results: dict) -> str:
+    """Lines for `measure_cost_curve`'s results: ms/token, then cost(N) / cost(1)."""
+    ms = results["decode"]["ms_per_token"]
+    lines = [f"vanilla decoding: {ms['median']:.1f} ms/token [{ms['min']:.1f}..{ms['max']:.1f}]"]
+    for n, ratio in results["verify"]["relative_to_one"].items():
+        lines.append(f"verify N = {n:>2}: {ratio:.2f} x N = 1")
+    return "\n".join(lines)
+
+
 def measure_layer_ratio(
     params, config: LlamaConfig, prompt, *, repeats: int = 7, inner: int = 20
 ) -> dict:
