@@ -52,6 +52,7 @@ class FeatureCache:
         self.keys = tuple(meta["keys"])
         self.windows = np.load(self.directory / "windows.npy", mmap_mode="r")  # [N, L + 1]
         self.streams = np.load(self.directory / "stream.npy")  # [N]
+        self._members = [np.flatnonzero(self.streams == s) for s in np.unique(self.streams)]
         self.hidden = {
             key: np.load(self.directory / f"{_key_name(key)}.npy", mmap_mode="r")
             for key in self.keys
@@ -152,11 +153,9 @@ class FeatureCache:
     def sample(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
         """Indices of a batch: for each row a stream uniformly, then one of its windows (as
         `train.sample_batch` picks a corpus, then an offset)."""
-        sources = np.unique(self.streams)
         rows = []
         for _ in range(batch_size):
-            source = sources[rng.integers(len(sources))]
-            members = np.flatnonzero(self.streams == source)
+            members = self._members[rng.integers(len(self._members))]  # the windows of a stream
             rows.append(members[rng.integers(len(members))])
         return np.asarray(rows)
 

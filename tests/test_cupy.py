@@ -33,17 +33,6 @@ def _params(dtype) -> dict[str, np.ndarray]:
     return model.init_params(CONFIG, seed=0, dtype=dtype)
 
 
-def _to_gpu(cp, tree):
-    """NumPy arrays (in dicts, lists, tuples) -> CuPy arrays; other leaves as-is."""
-    if isinstance(tree, np.ndarray):
-        return cp.asarray(tree)
-    if isinstance(tree, dict):
-        return {key: _to_gpu(cp, value) for key, value in tree.items()}
-    if isinstance(tree, list | tuple):
-        return type(tree)(_to_gpu(cp, value) for value in tree)
-    return tree
-
-
 def _assert_close(cp, got, reference, tol: float, where: str = "out") -> None:
     """Every array of `got` is a CuPy array within tol (relative to the largest entry of the
     NumPy reference) of the reference; other leaves are equal, floats within tol."""
@@ -101,7 +90,7 @@ def test_forward_with_cache_and_tree_mask_matches_numpy(cp, dtype):
     positions = 6 + np.array([0, 1, 1, 2])
     inputs = (_params(dtype), prompt, block, mask, positions)
     reference = _tree_step(*inputs)
-    _assert_close(cp, _tree_step(*_to_gpu(cp, inputs)), reference, TOLERANCE[dtype])
+    _assert_close(cp, _tree_step(*backend.put(inputs, cp)), reference, TOLERANCE[dtype])
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -111,7 +100,7 @@ def test_loss_and_grads_match_numpy(cp, dtype):
     targets = np.roll(ids, -1, axis=1)
     targets[:, -1] = -100
     inputs = (_params(dtype), CONFIG, ids, targets)
-    loss, grads = model.loss_and_grads(*_to_gpu(cp, inputs))
+    loss, grads = model.loss_and_grads(*backend.put(inputs, cp))
     loss_np, grads_np = model.loss_and_grads(*inputs)
     assert isinstance(loss, float)
     _assert_close(cp, (loss, grads), (loss_np, grads_np), TOLERANCE[dtype])
@@ -128,17 +117,17 @@ def test_clipping_and_adamw_step_match_numpy(cp):
         return norm, params, adam.state_tensors()
 
     reference = step(_params(np.float64), ids)  # the step updates its parameters in place
-    on_gpu = step(_to_gpu(cp, _params(np.float64)), cp.asarray(ids))
+    on_gpu = step(backend.put(_params(np.float64), cp), cp.asarray(ids))
     _assert_close(cp, on_gpu, reference, TOLERANCE[np.float64])
 
 
 def test_greedy_generation_matches_numpy_and_the_cache_free_oracle(cp):
     params = _params(np.float64)
     prompt, n = [CONFIG.bos_token_id, 40, 41, 42], 12
-    tokens = generate(_to_gpu(cp, params), CONFIG, prompt, max_new_tokens=n, stop_at_eos=False)
+    tokens = generate(backend.put(params, cp), CONFIG, prompt, max_new_tokens=n, stop_at_eos=False)
     expected = generate(params, CONFIG, prompt, max_new_tokens=n, stop_at_eos=False)
     assert tokens.tokens == expected.tokens
-    assert greedy_reference(_to_gpu(cp, params), CONFIG, prompt, n) == expected.tokens
+    assert greedy_reference(backend.put(params, cp), CONFIG, prompt, n) == expected.tokens
 
 
 def test_scatter_add_rows_adds_repeated_rows_on_the_gpu(cp):
@@ -197,7 +186,7 @@ def test_every_method_on_the_gpu_emits_the_numpy_tokens(cp, shipped, method, tem
     from minieagle.sampling import SamplingParams
 
     params, config, tokenizer, draft, eagle1, eagle3 = shipped
-    on_gpu = _to_gpu(cp, (params, draft, eagle1, eagle3))
+    on_gpu = backend.put((params, draft, eagle1, eagle3), cp)
     prompt = tokenizer.encode("def read_config(path):\n", add_bos=True)
     sampling = SamplingParams(temperature=temperature)
     runs = []
@@ -221,6 +210,6 @@ def test_the_bench_cost_curve_times_gpu_forwards(cp, shipped):
 
     params, config, tokenizer, *_ = shipped
     prompt = tokenizer.encode("The garbage collector", add_bos=True)
-    cost = measure_verify_cost(_to_gpu(cp, params), config, prompt, sizes=(1, 8), repeats=2)
+    cost = measure_verify_cost(backend.put(params, cp), config, prompt, sizes=(1, 8), repeats=2)
     assert cost["relative_to_one"]["1"] == 1.0
     assert all(spread["min"] > 0 for spread in cost["ms"].values())
