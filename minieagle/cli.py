@@ -1,4 +1,4 @@
-"""The `minieagle` command: demo, generate, chat, train, bench, import."""
+"""The `minieagle` command: demo, generate, chat, train, bench, import, export."""
 
 from __future__ import annotations
 
