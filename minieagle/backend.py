@@ -71,6 +71,15 @@ def zeros(shape, *, like, dtype=None):
     return array_module(like).zeros(shape, dtype=dtype, **_on_device_of(like))
 
 
+def contiguous(x):
+    """A row-major copy of x (e.g. of a transposed weight, so a matmul reads it in order);
+    array-API namespaces have no layout, so there it is a plain copy."""
+    xp = array_module(x)
+    if xp is np or xp.__name__ == "cupy":
+        return xp.ascontiguousarray(x)
+    return xp.asarray(x, copy=True)
+
+
 def scatter_add_rows(shape, rows, values):
     """zeros(shape) with values[i] added to row rows[i]; repeated rows add up.
 

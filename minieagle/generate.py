@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from minieagle import model
+from minieagle import inference, model
 from minieagle import tree as trees
 from minieagle.backend import to_device, to_host
 from minieagle.config import LlamaConfig
@@ -172,6 +172,9 @@ def generate(
 ) -> GenerationResult:
     """Continue `prompt_ids` (host ints) with the target, drafts from `drafter` (none: vanilla).
 
+    params: the target's HF-named parameters, or their `inference.prepare` view (the target
+    runs on that fast path either way; pass the view to prepare it once for many calls).
+
     Stops at end-of-text (if `stop_at_eos`), after `max_new_tokens`, or when the context is full.
     End-of-text is any id in `stop_token_ids` (default: config.eos_token_id; a chat adds its
     end-of-turn token). Sampling is greedy by default; `rng` (any `Randomness`) or `seed` drives
@@ -188,6 +191,8 @@ def generate(
             f"stop_token_ids={sorted(stop_ids, key=str)} holds a non-integer; pass token ids"
         )
     prompt_ids = [int(t) for t in prompt_ids]
+    target = inference.prepare(params, config)
+    params = target.params
     embed = params["model.embed_tokens.weight"]  # arrays we make go where the weights are
     context = config.max_position_embeddings
     cache = KVCache.for_model(config, params, capacity=context)
@@ -196,8 +201,8 @@ def generate(
     start = time.perf_counter()
     hidden = {}
     if len(prompt_ids) > 1:
-        _, hidden, _ = model.forward(
-            params, config, to_device(prompt_ids[:-1], embed), cache=cache, output_hidden=features
+        _, hidden = target.forward(
+            to_device(prompt_ids[:-1], embed), cache=cache, output_hidden=features
         )
     drafter.begin(prompt_ids, hidden, sampling)
     result = GenerationResult([], len(prompt_ids), "max_new_tokens", 0)
@@ -211,9 +216,7 @@ def generate(
             break
         draft_tree = drafter.propose(root, rng, max_nodes=room)
         cached = cache.length
-        logits, hidden, _ = model.forward(
-            params,
-            config,
+        logits, hidden = target.forward(
             to_device(draft_tree.tokens, embed),
             position_ids=to_device(trees.position_ids(draft_tree, cached), embed),
             attention_mask=to_device(trees.attention_mask(draft_tree, cached), embed),

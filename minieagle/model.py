@@ -89,8 +89,9 @@ def placement(config: LlamaConfig, new: int, past: int, position_ids, attention_
     return cos, sin, attention_mask
 
 
-def _check_inputs(config: LlamaConfig, input_ids, position_ids, past: int) -> None:
-    """Host-side checks; on a device each int(...) below is one explicit scalar sync."""
+def check_inputs(config: LlamaConfig, input_ids, position_ids, past: int) -> int:
+    """Host-side checks; on a device each int(...) below is one explicit scalar sync.
+    Returns the largest position the new tokens take."""
     T = input_ids.shape[-1]
     if T == 0:
         raise InvalidInputError("input_ids is empty; pass at least one token id")
@@ -112,6 +113,17 @@ def _check_inputs(config: LlamaConfig, input_ids, position_ids, past: int) -> No
             f"max_position_embeddings={config.max_position_embeddings}; shorten the prompt or "
             "generate fewer tokens"
         )
+    return top
+
+
+def check_hidden_keys(config: LlamaConfig, output_hidden) -> None:
+    """Each key of output_hidden must be "final" or a layer index in [0, L]."""
+    for key in output_hidden:
+        if key != "final" and not (isinstance(key, int) and 0 <= key <= config.num_hidden_layers):
+            raise InvalidInputError(
+                f"output_hidden key {key!r} must be 'final' or an int in "
+                f"[0, {config.num_hidden_layers}]"
+            )
 
 
 def _split_heads(x, heads: int):
@@ -261,16 +273,11 @@ def forward(
     batched = input_ids.ndim == 2
     ids = input_ids if batched else input_ids[None, :]  # [B, T]
     past = cache.length if cache is not None else 0
-    _check_inputs(config, ids, position_ids, past)
+    check_inputs(config, ids, position_ids, past)
     cos, sin, attention_mask = placement(
         config, ids.shape[1], past, position_ids, attention_mask, like=embed
     )
-    for key in output_hidden:
-        if key != "final" and not (isinstance(key, int) and 0 <= key <= config.num_hidden_layers):
-            raise InvalidInputError(
-                f"output_hidden key {key!r} must be 'final' or an int in "
-                f"[0, {config.num_hidden_layers}]"
-            )
+    check_hidden_keys(config, output_hidden)
     x, c_emb = layers.embedding_forward(embed, ids)  # [B, T, d]
     hidden, layer_caches = {}, []
     for i in range(config.num_hidden_layers):

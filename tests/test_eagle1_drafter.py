@@ -20,6 +20,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny_eagle import CONFIG, HEAD, HEAD_CFG, LAW_TOLERANCE, TARGET, TOLERANCE, V
+from tiny_eagle import replace_head_forward
 from tiny_eagle import run as _run
 
 from minieagle import model
@@ -212,7 +213,7 @@ def test_the_tree_check_catches_a_wrong_mask_or_positions(monkeypatch, drop):
         kwargs[drop] = None  # the default: a causal mask / consecutive positions
         return head_forward(*args, **kwargs)
 
-    monkeypatch.setattr(drafter_module, "head_forward", broken)
+    replace_head_forward(monkeypatch, broken)
     recorder = _Recording(_drafter())
     _run([1, 3, 4, 0], recorder, n=8)
     with pytest.raises(AssertionError):
@@ -286,7 +287,7 @@ def test_drafted_tree_has_the_static_shape_and_costs_depth_forwards(monkeypatch,
         calls.append(1)
         return head_forward(*args, **kwargs)
 
-    monkeypatch.setattr(drafter_module, "head_forward", counting)
+    replace_head_forward(monkeypatch, counting)
     drafter = _drafter(choices)
     drafter.begin([1, 3, 4], {"final": _real_pairs([1, 3, 4], 2)[1]}, SamplingParams())
     tree = drafter.propose(4, SeededRandomness(0), max_nodes=32)
@@ -353,7 +354,7 @@ class _OracleHead:
 @pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=1.0)], ids=repr)
 def test_an_oracle_head_gets_every_draft_accepted(monkeypatch, choices, depth, sampling):
     prompt = [1, 3, 4]
-    monkeypatch.setattr(drafter_module, "head_forward", _OracleHead(prompt[0]))
+    replace_head_forward(monkeypatch, _OracleHead(prompt[0]))
     result = _run(prompt, _drafter(choices), sampling, SeededRandomness(1), n=4 * (depth + 1))
     assert result.accepted_per_cycle == [depth] * 4 and result.tau == depth + 1
     if sampling.greedy:

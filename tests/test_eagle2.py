@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny_eagle import CONFIG, HEAD, HEAD_CFG, LAW_TOLERANCE, TARGET, TOLERANCE, V
+from tiny_eagle import replace_head_forward
 from tiny_eagle import run as _run
 
 from minieagle import dynamic_tree as dt
@@ -345,7 +346,7 @@ def test_the_tree_check_catches_a_wrong_mask_or_positions(monkeypatch, drop):
         kwargs[drop] = None  # the default: a causal mask / consecutive positions
         return head_forward(*args, **kwargs)
 
-    monkeypatch.setattr(head_module, "head_forward", broken)
+    replace_head_forward(monkeypatch, broken)
     recorder = _LastCycle(_drafter(3, 3, 14))
     _run([1, 3, 4, 0], recorder, n=6)
     with pytest.raises(AssertionError):
@@ -360,7 +361,7 @@ def test_one_plus_depth_head_forwards_per_cycle(monkeypatch, depth, top_k):
         fed.append(len(tokens))
         return head_forward(head, cfg, target, tokens, *args, **kwargs)
 
-    monkeypatch.setattr(head_module, "head_forward", counting)
+    replace_head_forward(monkeypatch, counting)
     drafter = _drafter(depth, top_k, 40)
     result = _run([1, 3, 4], drafter, n=10)
     assert len(fed) == (1 + depth) * result.target_forwards
@@ -415,7 +416,7 @@ class _SharpOracle:
 )
 def test_an_oracle_head_gets_every_draft_accepted(monkeypatch, depth, top_k, total_tokens):
     prompt = [1, 3, 4]
-    monkeypatch.setattr(head_module, "head_forward", _SharpOracle(prompt[0]))
+    replace_head_forward(monkeypatch, _SharpOracle(prompt[0]))
     n = 3 * (depth + 2)  # three cycles of depth + 1 drafts and a bonus token
     result = _run(prompt, _drafter(depth, top_k, total_tokens), n=n)
     assert result.accepted_per_cycle == [depth + 1] * 3 and result.tau == depth + 2

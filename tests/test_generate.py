@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minieagle import generate as generate_module
+from minieagle import inference
 from minieagle import model
 from minieagle.config import preset
 from minieagle.generate import generate, greedy_reference
@@ -71,13 +72,13 @@ def test_greedy_paths_are_not_degenerate():
 
 def test_oracle_comparison_catches_a_decoder_that_forgets_positions(monkeypatch):
     """A broken decoder (every new token placed at position 0) must disagree with the oracle."""
-    real_forward = model.forward
+    real_forward = inference.PreparedTarget.forward
 
-    def forgetful_forward(params, config, ids, **kwargs):
+    def forgetful_forward(self, ids, **kwargs):
         kwargs["position_ids"] = np.zeros(len(ids), dtype=np.int64)
-        return real_forward(params, config, ids, **kwargs)
+        return real_forward(self, ids, **kwargs)
 
-    monkeypatch.setattr(generate_module.model, "forward", forgetful_forward)
+    monkeypatch.setattr(inference.PreparedTarget, "forward", forgetful_forward)
     prompt, n = [1, 40, 41, 42], 12
     broken = generate(PARAMS, CONFIG, prompt, max_new_tokens=n, stop_at_eos=False).tokens
     monkeypatch.undo()

@@ -47,3 +47,19 @@ def run(prompt, drafter, sampling=None, rng=None, n=12):
         max_new_tokens=n,
         stop_at_eos=False,
     )
+
+
+def replace_head_forward(monkeypatch, head_forward):
+    """Drive the EAGLE-1 head through `head_forward(head, cfg, target_params, tokens, features,
+    cache=..., position_ids=..., attention_mask=...)` (the readable function's signature,
+    returning (predicted, logits, caches)) instead of the fast path: a planted bug, a
+    counter or an oracle standing in for the head."""
+    from minieagle.drafters.head_drafter import Eagle1Head
+
+    def forward(self, tokens, features, cache, *, target_features, **placement):
+        out = head_forward(
+            self.head, self.cfg, self.target_params, tokens, features, cache=cache, **placement
+        )
+        return out[0], out[1]
+
+    monkeypatch.setattr(Eagle1Head, "forward", forward)

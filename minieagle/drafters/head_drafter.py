@@ -23,24 +23,28 @@ from __future__ import annotations
 
 import numpy as np
 
+from minieagle import inference
 from minieagle.backend import array_module, to_device, to_host
 from minieagle.config import LlamaConfig
 from minieagle.errors import InvalidInputError
 from minieagle.heads import eagle3
-from minieagle.heads.eagle1 import Eagle1Config, head_forward, head_param_shapes, new_head_cache
+from minieagle.heads.eagle1 import Eagle1Config, head_param_shapes, new_head_cache
 from minieagle.sampling import Randomness, SamplingParams, target_distribution, top_k_indices
 
 
 class Eagle1Head:
-    """EAGLE-1's head as a drafter drives it (see the module docstring)."""
+    """EAGLE-1's head as a drafter drives it (see the module docstring). target: the
+    target's `inference.PreparedTarget`; the head runs on the fast path too
+    (`inference.PreparedEagle1Head`, sharing the target's prepared LM head)."""
 
-    def __init__(self, target_params, target_config: LlamaConfig, head, cfg: Eagle1Config, vocab):
+    def __init__(self, target, target_config: LlamaConfig, head, cfg: Eagle1Config, vocab):
         if vocab is not None:
             raise InvalidInputError(
                 "an EAGLE-1 head predicts over the target's whole vocabulary; pass vocab=None"
             )
         _check_eagle1_head(target_config, head, cfg)
-        self.target_params, self.head, self.cfg = target_params, head, cfg
+        self.target_params, self.head, self.cfg = target.params, head, cfg
+        self.fast = inference.PreparedEagle1Head(head, cfg, target.params, target.lm_head)
         self.feature_keys = ("final",)
 
     def features(self, hidden: dict):
@@ -53,19 +57,14 @@ class Eagle1Head:
     def forward(self, tokens, features, cache, *, target_features: bool, **placement):
         """(output [T, d], logits [T, V]) appended to `cache`. target_features: unused, the
         EAGLE-1 head reads the target's f and its own f̂ alike."""
-        predicted, logits, _ = head_forward(
-            self.head, self.cfg, self.target_params, tokens, features, cache=cache, **placement
-        )
-        return predicted, logits
+        return self.fast.forward(tokens, features, cache, **placement)
 
 
 class Eagle3Head:
     """EAGLE-3's head as a drafter drives it (see the module docstring). vocab: its
     `DraftVocab` (None: the target's whole vocabulary)."""
 
-    def __init__(
-        self, target_params, target_config: LlamaConfig, head, cfg: eagle3.Eagle3Config, vocab
-    ):
+    def __init__(self, target, target_config: LlamaConfig, head, cfg: eagle3.Eagle3Config, vocab):
         for name in ("vocab_size", "hidden_size"):
             got, want = getattr(cfg.layer, name), getattr(target_config, name)
             if got != want:
@@ -80,14 +79,15 @@ class Eagle3Head:
                 f"the EAGLE-3 head fuses the inputs of target layers {cfg.aux_layers}, but the "
                 f"target has {L} layers; load the head trained for this target"
             )
-        embed = target_params["model.embed_tokens.weight"]
+        embed = target.params["model.embed_tokens.weight"]
         self.vocab = vocab or eagle3.DraftVocab.full(target_config.vocab_size)
         if self.vocab.size != cfg.draft_vocab_size:
             raise InvalidInputError(
                 f"the draft vocabulary has {self.vocab.size} ids but the head's lm_head scores "
                 f"draft_vocab_size={cfg.draft_vocab_size}; load the d2t/t2d saved with the head"
             )
-        self.target_params, self.head, self.cfg = target_params, head, cfg
+        self.target_params, self.head, self.cfg = target.params, head, cfg
+        self.fast = inference.PreparedEagle3Head(head, cfg, target.params)
         self.feature_keys = tuple(cfg.aux_layers)
         self.xp = array_module(embed)
         self.target_ids = to_device(to_host(self.vocab.ids), embed, dtype=self.xp.int64)  # [N]
@@ -105,10 +105,9 @@ class Eagle3Head:
         """(output a [T, d], logits [T, V] over the target's ids, -inf outside the draft
         vocabulary) appended to `cache`. target_features: True for the target's fused features
         (catch-up, through fc), False for the head's own outputs (expansion)."""
-        out, draft_logits, _ = eagle3.head_forward(
-            self.head, self.cfg, self.target_params, tokens, features, cache=cache,
-            target_features=target_features, **placement,
-        )  # fmt: skip
+        out, draft_logits = self.fast.forward(
+            tokens, features, cache, target_features=target_features, **placement
+        )
         T = draft_logits.shape[0]
         logits = self.xp.full((T, self.vocab_size), -self.xp.inf, dtype=draft_logits.dtype)
         logits[:, self.target_ids] = draft_logits  # [T, N] -> [T, V]
@@ -119,15 +118,16 @@ class Eagle3Head:
 HEAD_ADAPTERS = {Eagle1Config: Eagle1Head, eagle3.Eagle3Config: Eagle3Head}
 
 
-def draft_head(target_params, target_config: LlamaConfig, head, head_cfg, vocab=None):
-    """The adapter for a head (`HEAD_ADAPTERS`), checked against the target."""
+def draft_head(target, target_config: LlamaConfig, head, head_cfg, vocab=None):
+    """The adapter for a head (`HEAD_ADAPTERS`), checked against the target (its parameters
+    or their `inference.prepare` view)."""
     adapter = HEAD_ADAPTERS.get(type(head_cfg))
     if adapter is None:
         raise InvalidInputError(
             f"head_cfg is a {type(head_cfg).__name__}; expected one of "
             f"{[c.__name__ for c in HEAD_ADAPTERS]} (load a head with its own loader)"
         )
-    return adapter(target_params, target_config, head, head_cfg, vocab)
+    return adapter(inference.prepare(target, target_config), target_config, head, head_cfg, vocab)
 
 
 class HeadDrafter:
@@ -145,7 +145,9 @@ class HeadDrafter:
     draft_slots: int = 0  # head-cache room for draft pairs beyond one pair per target position
 
     def __init__(self, target_params, target_config: LlamaConfig, head: dict, head_cfg, vocab=None):
-        self.draft = draft_head(target_params, target_config, head, head_cfg, vocab)
+        target = inference.prepare(target_params, target_config)  # the view, if not given one
+        target_params = target.params
+        self.draft = draft_head(target, target_config, head, head_cfg, vocab)
         self.feature_keys = self.draft.feature_keys
         self.target_params, self.target_config = target_params, target_config
         self.head, self.head_cfg = head, head_cfg

@@ -1,0 +1,308 @@
+"""The fast inference path: the same Llama forward as `model.forward`, on weights laid out for it.
+
+`model.forward` is the readable path: every linear reads the Hugging Face `[out, in]` weight as
+`x @ W.T`, q, k and v are three matmuls, and each step is its own function with a backward. It is
+what students step through and what training runs. Decoding runs the same mathematics here, on an
+inference-prepared view derived from those parameters once (`prepare`):
+
+- every weight transposed to a contiguous `[in, out]` array: OpenBLAS takes a much slower path
+  for `x @ W.T` with 2–26 rows (the rows of a draft tree) than for a contiguous `x @ W`;
+- q, k, v fused into one `[d, (H + 2 Hkv) hd]` matmul, gate and up into one `[d, 2 I]`;
+- RoPE's cos/sin tables computed once for every position (`model.placement` recomputes them per
+  call), RMSNorm by one reduction instead of `mean`, the attention mask as an additive 0/-inf
+  bias (none at all for a single decoded token, which sees every cached position);
+- 2-D activations `[T, d]` (one sequence), so no batch axis travels through the layer.
+
+Training and checkpoints keep the HF layout; the view is a snapshot (editing `params` later does
+not change it: prepare again). Every function takes its array module from its inputs, so the
+path runs on NumPy, CuPy and the array-api-strict test lane alike. `tests/test_inference.py`
+checks it against `model.forward` (float64, to 1e-12) on prompts, decoded tokens and draft trees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from minieagle import layers, model
+from minieagle.backend import arange, array_module, contiguous, zeros
+from minieagle.config import LlamaConfig
+from minieagle.errors import InvalidInputError
+
+
+@dataclass(frozen=True)
+class PreparedLayer:
+    """One decoder layer's weights for inference. input_norm [d] (None: the layer attends over
+    its input unnormed, as EAGLE-1's draft layer); qkv [d_in, (H + 2 Hkv) hd]; o [H hd, d];
+    post_norm [d]; gate_up [d, 2 I]; down [I, d]."""
+
+    input_norm: object
+    qkv: object
+    o: object
+    post_norm: object
+    gate_up: object
+    down: object
+
+
+def prepare_layer(params: dict, prefix: str) -> PreparedLayer:
+    """The inference view of the decoder layer named `prefix` in `params` (HF names)."""
+    xp = array_module(params[prefix + "self_attn.q_proj.weight"])
+    attn, mlp = prefix + "self_attn.", prefix + "mlp."
+    qkv = xp.concat([params[attn + name + ".weight"].T for name in ("q_proj", "k_proj", "v_proj")],
+                    axis=1)  # fmt: skip  # 3 x [out, d_in] -> [d_in, (H + 2 Hkv) hd]
+    gate_up = xp.concat(
+        [params[mlp + "gate_proj.weight"].T, params[mlp + "up_proj.weight"].T], axis=1
+    )  # [d, 2 I]
+    return PreparedLayer(
+        input_norm=params.get(prefix + "input_layernorm.weight"),
+        qkv=qkv,
+        o=contiguous(params[attn + "o_proj.weight"].T),  # [H hd, d]
+        post_norm=params[prefix + "post_attention_layernorm.weight"],
+        gate_up=gate_up,
+        down=contiguous(params[mlp + "down_proj.weight"].T),  # [I, d]
+    )
+
+
+class RopeTable:
+    """RoPE's cos and sin rows [P, hd] for positions 0 .. P - 1, in the dtype of `like`: row p
+    holds the values `layers.rope_tables` computes for position p. P grows (doubling, at most
+    max_position_embeddings) as larger positions come, so a model with a huge context costs
+    only the positions it uses."""
+
+    def __init__(self, config: LlamaConfig, like):
+        self.config, self.like = config, like
+        self.cos = self.sin = None
+        self.length = 0
+
+    def rows(self, position_ids, top: int):
+        """cos, sin [T, 1, hd] for position_ids int [T] whose largest value is `top`."""
+        if top >= self.length:
+            config = self.config
+            self.length = min(config.max_position_embeddings, max(top + 1, 2 * self.length, 256))
+            positions = arange(self.length, like=self.like)
+            self.cos, self.sin = layers.rope_tables(
+                positions, config.head_dim, config.rope_theta, self.like.dtype
+            )  # [P, hd]
+        xp = array_module(self.cos)
+        cos = xp.take(self.cos, position_ids, axis=0)[:, None, :]
+        sin = xp.take(self.sin, position_ids, axis=0)[:, None, :]
+        return cos, sin
+
+
+def rms_norm(x, weight, eps: float):
+    """RMSNorm over the last axis, x [T, d] -> [T, d], as `layers.rmsnorm_forward` without its
+    cache (one sum instead of `mean`, which costs a Python-level call on NumPy)."""
+    xp = array_module(x)
+    mean_square = xp.sum(x * x, axis=-1, keepdims=True) / x.shape[-1]  # [T, 1]
+    return x * (1.0 / xp.sqrt(mean_square + eps)) * weight
+
+
+def mask_bias(attention_mask, like):
+    """bool [T, S] (True = may attend) -> additive bias [T, S]: 0 where allowed, -inf elsewhere."""
+    return array_module(like).where(attention_mask, zeros((), like=like), -float("inf"))
+
+
+def attention(q, keys, values, bias, groups: int):
+    """Grouped-query attention for one sequence. q [T, H, hd]; keys, values [Hkv, S, hd];
+    bias [T, S] additive (None: every query sees every key) -> [T, H hd]."""
+    xp = array_module(q)
+    T, H, hd = q.shape
+    Hkv = keys.shape[0]
+    qg = xp.reshape(xp.permute_dims(xp.reshape(q, (T, Hkv, groups, hd)), (1, 2, 0, 3)),
+                    (Hkv, groups * T, hd))  # fmt: skip  # [T, H, hd] -> [Hkv, G T, hd]
+    scores = (qg @ xp.permute_dims(keys, (0, 2, 1))) * (1.0 / hd**0.5)  # [Hkv, G T, S]
+    if bias is not None:
+        S = keys.shape[1]
+        scores = xp.reshape(xp.reshape(scores, (Hkv, groups, T, S)) + bias, (Hkv, groups * T, S))
+    scores = scores - xp.max(scores, axis=-1, keepdims=True)
+    probs = xp.exp(scores)
+    probs = probs / xp.sum(probs, axis=-1, keepdims=True)  # [Hkv, G T, S]
+    out = xp.reshape(probs @ values, (Hkv, groups, T, hd))  # [Hkv, G, T, hd]
+    return xp.reshape(xp.permute_dims(out, (2, 0, 1, 3)), (T, H * hd))  # [T, H hd]
+
+
+def rotate(x, cos, sin):
+    """RoPE, rotate-half layout: x [T, heads, hd], cos/sin [T, 1, hd] -> [T, heads, hd]."""
+    xp = array_module(x)
+    half = x.shape[-1] // 2
+    return x * cos + xp.concat([-x[..., half:], x[..., :half]], axis=-1) * sin
+
+
+def layer_forward(layer: PreparedLayer, config: LlamaConfig, n, residual, cos, sin, bias,
+                  cache, index: int):  # fmt: skip
+    """One decoder layer on the prepared weights: n [T, d_in] the attention's (normed) input,
+    residual [T, d] the stream it adds to; cos, sin [T, 1, hd]; bias [T, S] or None; cache the
+    KVCache (batch 1) whose layer `index` receives this block's keys and values -> [T, d].
+    h = residual + o(attention); out = h + down(silu(gate(m)) * up(m)), m = RMSNorm(h)."""
+    xp = array_module(n)
+    T = n.shape[0]
+    H, Hkv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    qkv = xp.reshape(n @ layer.qkv, (T, H + 2 * Hkv, hd))  # [T, d_in] -> [T, H + 2 Hkv, hd]
+    qk = rotate(qkv[:, : H + Hkv, :], cos, sin)  # [T, H + Hkv, hd]
+    k = xp.permute_dims(qk[:, H:, :], (1, 0, 2))[None, ...]  # [1, Hkv, T, hd]
+    v = xp.permute_dims(qkv[:, H + Hkv :, :], (1, 0, 2))[None, ...]
+    keys, values = cache.append(index, k, v)  # [1, Hkv, S, hd]
+    a = attention(qk[:, :H, :], keys[0, ...], values[0, ...], bias, H // Hkv)  # [T, H hd]
+    h = residual + a @ layer.o  # [T, d]
+    m = rms_norm(h, layer.post_norm, config.rms_norm_eps)
+    gate_up = m @ layer.gate_up  # [T, 2 I]
+    inter = gate_up.shape[-1] // 2
+    gate, up = gate_up[:, :inter], gate_up[:, inter:]
+    return h + (gate / (1.0 + xp.exp(-gate)) * up) @ layer.down  # [T, d]
+
+
+def placement(config: LlamaConfig, rope: RopeTable, new: int, past: int, position_ids,
+              attention_mask, top: int | None = None):  # fmt: skip
+    """Where `new` positions after `past` cached ones sit, as `model.placement` says, for the
+    fast layer: (cos, sin [new, 1, hd], additive mask bias [new, past + new] or None). A single
+    new position with the default mask sees every cached one, so it needs no bias. top: the
+    largest position when the caller knows it (else read from position_ids: one host sync)."""
+    like = rope.like
+    if position_ids is None:
+        position_ids, top = past + arange(new, like=like), past + new - 1
+    elif top is None:
+        top = int(array_module(position_ids).max(position_ids))
+    if attention_mask is None and new > 1:
+        attention_mask = model.causal_mask(past, new, like=like)
+    elif attention_mask is not None and tuple(attention_mask.shape) != (new, past + new):
+        raise InvalidInputError(
+            f"attention_mask has shape {tuple(attention_mask.shape)}; expected "
+            f"({new}, {past + new}) = (new positions, cached + new positions)"
+        )
+    bias = None if attention_mask is None else mask_bias(attention_mask, like)
+    return (*rope.rows(position_ids, top), bias)
+
+
+class PreparedTarget:
+    """A Llama target's inference view (module docstring): `prepare(params, config)` makes it;
+    `forward` is `model.forward` for one sequence with a KV cache."""
+
+    def __init__(self, params: dict, config: LlamaConfig):
+        embed = params["model.embed_tokens.weight"]
+        self.config, self.params = config, params
+        self.embed = embed  # [V, d]
+        self.layers = [
+            prepare_layer(params, model.layer_prefix(i)) for i in range(config.num_hidden_layers)
+        ]
+        self.norm = params["model.norm.weight"]
+        self.lm_head = contiguous(model.lm_head_weight(params).T)  # [d, V]
+        self.rope = RopeTable(config, embed)
+
+    def forward(self, input_ids, *, position_ids=None, attention_mask=None, cache,
+                output_hidden=()):  # fmt: skip
+        """input_ids int [T]; position_ids int [T] (default cache.length + arange(T));
+        attention_mask bool [T, cache.length + T] (default causal); cache a batch-1 KVCache the
+        new keys and values are appended to; output_hidden as in `model.forward`.
+        Returns (logits [T, V], hidden {key: [T, d]}), as `model.forward` without a batch axis."""
+        config, embed = self.config, self.embed
+        if input_ids.ndim != 1:
+            raise InvalidInputError(
+                f"input_ids has shape {tuple(input_ids.shape)}; the fast path decodes one "
+                "sequence: pass int [T] (model.forward takes batches)"
+            )
+        past = cache.length
+        top = model.check_inputs(config, input_ids[None, :], position_ids, past)
+        model.check_hidden_keys(config, output_hidden)
+        cos, sin, bias = placement(
+            config, self.rope, input_ids.shape[0], past, position_ids, attention_mask, top
+        )
+        xp = array_module(embed)
+        x = xp.take(embed, input_ids, axis=0)  # [T, d]
+        hidden = {}
+        eps = config.rms_norm_eps
+        for i, layer in enumerate(self.layers):
+            if i in output_hidden:
+                hidden[i] = x
+            n = x if layer.input_norm is None else rms_norm(x, layer.input_norm, eps)
+            x = layer_forward(layer, config, n, x, cos, sin, bias, cache, i)
+        if config.num_hidden_layers in output_hidden:
+            hidden[config.num_hidden_layers] = x
+        final = rms_norm(x, self.norm, eps)  # [T, d]
+        if "final" in output_hidden:
+            hidden["final"] = final
+        return final @ self.lm_head, hidden  # [T, V]
+
+
+def prepare(params, config: LlamaConfig) -> PreparedTarget:
+    """The inference view of a Llama target's parameters (a snapshot: prepare again after
+    editing them); a view already prepared for this config is returned as it is."""
+    if isinstance(params, PreparedTarget):
+        if params.config != config:
+            raise InvalidInputError(
+                "the prepared target was made for another config; pass the config it was "
+                "prepared with (or prepare the parameters again)"
+            )
+        return params
+    return PreparedTarget(params, config)
+
+
+# ---------------------------------------------------------------------------- draft heads
+
+
+class PreparedEagle1Head:
+    """EAGLE-1's head (`heads.eagle1.head_forward`) on prepared weights: fc over
+    [Embed(x_{t+1}), f_t], the one decoder layer, the target's LM head. lm_head: the target's
+    prepared `[d, V]` head (`PreparedTarget.lm_head`), shared rather than copied again."""
+
+    def __init__(self, head: dict, cfg, target_params: dict, lm_head):
+        from minieagle.heads.eagle1 import LAYER_PREFIX
+
+        self.cfg, self.lm_head = cfg, lm_head
+        self.embed = target_params["model.embed_tokens.weight"]
+        self.fc = contiguous(head["fc.weight"].T)  # [fc_in, d]
+        self.fc_bias = head["fc.bias"] if cfg.fc_bias else None
+        self.layer = prepare_layer(head, LAYER_PREFIX)
+        self.rope = RopeTable(cfg.layer, self.fc)
+
+    def forward(self, tokens, features, cache, *, position_ids=None, attention_mask=None):
+        """tokens int [T], features [T, d] -> (f̂ [T, d], logits [T, V]), appended to cache."""
+        xp = array_module(self.fc)
+        streams = []
+        if self.cfg.inputs != "feature":
+            streams.append(xp.take(self.embed, tokens, axis=0))  # [T, d]
+        if self.cfg.inputs != "token":
+            streams.append(features)  # [T, d]
+        fc_input = xp.concat(streams, axis=-1) if len(streams) == 2 else streams[0]
+        x = fc_input @ self.fc  # [T, fc_in] -> [T, d]
+        if self.fc_bias is not None:
+            x = x + self.fc_bias
+        layer, config = self.layer, self.cfg.layer
+        cos, sin, bias = placement(config, self.rope, x.shape[0], cache.length,
+                                   position_ids, attention_mask)  # fmt: skip
+        n = x if layer.input_norm is None else rms_norm(x, layer.input_norm, config.rms_norm_eps)
+        predicted = layer_forward(layer, config, n, x, cos, sin, bias, cache, 0)  # [T, d]
+        return predicted, predicted @ self.lm_head  # [T, V]
+
+
+class PreparedEagle3Head:
+    """EAGLE-3's head (`heads.eagle3.head_forward`) on prepared weights: fc over the fused
+    target features (skipped for the head's own outputs), the midlayer reading
+    [RMSNorm(e), RMSNorm(x)] with residual x, then its own norm and LM head over the draft
+    vocabulary."""
+
+    def __init__(self, head: dict, cfg, target_params: dict):
+        from minieagle.heads.eagle3 import PREFIX
+
+        self.cfg = cfg
+        self.embed = target_params["model.embed_tokens.weight"]
+        self.fc = contiguous(head["fc.weight"].T)  # [k d, d]
+        self.layer = prepare_layer(head, PREFIX)
+        self.hidden_norm = head[PREFIX + "hidden_norm.weight"]
+        self.norm = head["norm.weight"]
+        self.lm_head = contiguous(head["lm_head.weight"].T)  # [d, N]
+        self.rope = RopeTable(cfg.layer, self.fc)
+
+    def forward(self, tokens, features, cache, *, target_features: bool, position_ids=None,
+                attention_mask=None):  # fmt: skip
+        """tokens int [T]; features [T, k d] (target_features) or [T, d] (the head's own) ->
+        (a [T, d], draft logits [T, N]), appended to cache."""
+        xp = array_module(self.fc)
+        config = self.cfg.layer
+        eps = config.rms_norm_eps
+        hidden = features @ self.fc if target_features else features  # [T, d]
+        embedded = xp.take(self.embed, tokens, axis=0)  # [T, d]
+        n = xp.concat([rms_norm(embedded, self.layer.input_norm, eps),
+                       rms_norm(hidden, self.hidden_norm, eps)], axis=-1)  # fmt: skip  # [T, 2d]
+        cos, sin, bias = placement(config, self.rope, hidden.shape[0], cache.length,
+                                   position_ids, attention_mask)  # fmt: skip
+        out = layer_forward(self.layer, config, n, hidden, cos, sin, bias, cache, 0)  # [T, d]
+        return out, rms_norm(out, self.norm, eps) @ self.lm_head  # [T, N]
