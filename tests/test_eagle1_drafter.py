@@ -19,14 +19,21 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tiny_eagle import CONFIG, HEAD, HEAD_CFG, LAW_TOLERANCE, TARGET, TOLERANCE, V
-from tiny_eagle import replace_head_forward
+from tiny_eagle import (
+    CONFIG,
+    HEAD,
+    HEAD_CFG,
+    LAW_TOLERANCE,
+    TARGET,
+    TOLERANCE,
+    V,
+    replace_head_forward,
+)
 from tiny_eagle import run as _run
 
 from minieagle import model
 from minieagle import tree as trees
 from minieagle.drafters import build_drafter
-from minieagle.drafters import head_drafter as drafter_module
 from minieagle.drafters.eagle1 import Eagle1Drafter
 from minieagle.drafters.head_drafter import draft_children
 from minieagle.generate import greedy_reference

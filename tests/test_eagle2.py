@@ -21,15 +21,22 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tiny_eagle import CONFIG, HEAD, HEAD_CFG, LAW_TOLERANCE, TARGET, TOLERANCE, V
-from tiny_eagle import replace_head_forward
+from tiny_eagle import (
+    CONFIG,
+    HEAD,
+    HEAD_CFG,
+    LAW_TOLERANCE,
+    TARGET,
+    TOLERANCE,
+    V,
+    replace_head_forward,
+)
 from tiny_eagle import run as _run
 
 from minieagle import dynamic_tree as dt
 from minieagle import model
 from minieagle import tree as trees
 from minieagle.drafters import build_drafter
-from minieagle.drafters import head_drafter as head_module
 from minieagle.drafters.eagle2 import Eagle2Drafter
 from minieagle.generate import greedy_reference
 from minieagle.heads.eagle1 import head_forward, save_head

@@ -14,8 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minieagle import generate as generate_module
-from minieagle import inference
-from minieagle import model
+from minieagle import inference, model
 from minieagle.config import preset
 from minieagle.generate import generate, greedy_reference
 from minieagle.sampling import SamplingParams, target_distribution
