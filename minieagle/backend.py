@@ -80,6 +80,59 @@ def contiguous(x):
     return xp.asarray(x, copy=True)
 
 
+class _ArrayApiOps:
+    """The few operations the fast inference path repeats, spelled with the array API."""
+
+    def __init__(self, xp):
+        self.xp = xp
+
+    def reshape(self, x, shape):
+        return self.xp.reshape(x, shape)
+
+    def permute_dims(self, x, axes):
+        return self.xp.permute_dims(x, axes)
+
+    def sum_last(self, x):
+        """Sum over the last axis, kept as an axis of size 1."""
+        return self.xp.sum(x, axis=-1, keepdims=True)
+
+    def max_last(self, x):
+        """Max over the last axis, kept as an axis of size 1."""
+        return self.xp.max(x, axis=-1, keepdims=True)
+
+
+class _NativeOps(_ArrayApiOps):
+    """The same for NumPy and CuPy arrays, through their methods: NumPy's module-level
+    `reshape`, `permute_dims`, `sum` and `max` are Python wrappers that cost a few
+    microseconds a call, as much as the arithmetic on a decoded token's small arrays."""
+
+    def reshape(self, x, shape):
+        return x.reshape(shape)
+
+    def permute_dims(self, x, axes):
+        return x.transpose(axes)
+
+    def sum_last(self, x):
+        return x.sum(axis=-1, keepdims=True)
+
+    def max_last(self, x):
+        return x.max(axis=-1, keepdims=True)
+
+
+_OPS: dict = {}
+
+
+def ops(x):
+    """The fast path's operations for the module of array x (`_NativeOps` on NumPy and CuPy,
+    `_ArrayApiOps` elsewhere); the results are the same arrays either way."""
+    xp = array_module(x)
+    found = _OPS.get(xp.__name__)
+    if found is None or found.xp is not xp:
+        native = xp is np or xp.__name__ == "cupy"
+        found = _OPS[xp.__name__] = (_NativeOps if native else _ArrayApiOps)(xp)
+    return found
+
+
 def scatter_add_rows(shape, rows, values):
     """zeros(shape) with values[i] added to row rows[i]; repeated rows add up.
 

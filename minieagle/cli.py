@@ -24,7 +24,10 @@ DEMO_PROMPTS = (
 
 
 def _load(model_dir: str | Path, device: str = "cpu"):
-    """(params, config, tokenizer) of a checkpoint, the params on `device` ("cpu" or "gpu")."""
+    """(target, config, tokenizer) of a checkpoint: target the `inference.prepare` view of its
+    parameters (prepared once per command; `.params` holds the HF dict) on `device` ("cpu" or
+    "gpu")."""
+    from minieagle import inference
     from minieagle.backend import device_module, put
     from minieagle.checkpoint import load_checkpoint
 
@@ -35,7 +38,7 @@ def _load(model_dir: str | Path, device: str = "cpu"):
             f"{model_dir} has no tokenizer.json, so a prompt cannot be encoded; copy the "
             "tokenizer.json the model was trained with into that directory"
         )
-    return put(params, xp), config, tokenizer
+    return inference.prepare(put(params, xp), config), config, tokenizer
 
 
 def _sampling(args):
@@ -85,14 +88,16 @@ def _head_dir(args) -> Path:
     return Path(args.head or DEFAULT_HEAD)
 
 
-def _drafter_factory(args, config, params=None):
-    """A function returning a fresh drafter for args.method (None for vanilla); params are the
-    target's (EAGLE heads read its embedding and LM head). Validates everything first, and
-    warns when a head or draft model records another target than args.model."""
+def _drafter_factory(args, config, target):
+    """A function returning a fresh drafter for args.method (None for vanilla); target is the
+    target's prepared view (`_load`; EAGLE heads read its embedding and LM head). Validates
+    everything first, and warns when a head or draft model records another target than
+    args.model."""
     from minieagle.backend import array_module, put
     from minieagle.checkpoint import check_trained_for, load_checkpoint
     from minieagle.drafters import build_drafter
 
+    params = target.params
     xp = array_module(params["model.embed_tokens.weight"])  # heads go where the target is
     draft_model = head = None
     depth = getattr(args, "depth", None)
@@ -122,7 +127,7 @@ def _drafter_factory(args, config, params=None):
     head = put(head, xp)
     method = args.method
     gamma = DEFAULT_GAMMA if getattr(args, "gamma", None) is None else args.gamma
-    target = (params, config)
+    target = (target, config)
     kwargs = dict(draft_model=draft_model, gamma=gamma, target=target, head=head, tree=tree)
     if method in ("eagle2", "eagle3"):
         kwargs.update(depth=depth, top_k=args.tree_top_k, total_tokens=args.total_tokens)
@@ -141,11 +146,11 @@ def cmd_generate(args) -> int:
     from minieagle.generate import generate
 
     check_method_flags(args)
-    params, config, tokenizer = _load(args.model, args.device)
-    drafter = _drafter_factory(args, config, params)()
+    target, config, tokenizer = _load(args.model, args.device)
+    drafter = _drafter_factory(args, config, target)()
     prompt_ids = tokenizer.encode(args.prompt, add_bos=True)
     result = generate(
-        params,
+        target,
         config,
         prompt_ids,
         drafter=drafter,
@@ -169,15 +174,15 @@ def cmd_chat(args) -> int:
     from minieagle.chat import Chat, load_chat_template
 
     check_method_flags(args)
-    params, config, tokenizer = _load(args.model, args.device)
+    target, config, tokenizer = _load(args.model, args.device)
     template = load_chat_template(args.model, tokenizer, args.template)
     chat = Chat(
-        params,
+        target,
         config,
         tokenizer,
         template,
         system=args.system,
-        make_drafter=_drafter_factory(args, config, params),
+        make_drafter=_drafter_factory(args, config, target),
         sampling=_sampling(args),
         max_new_tokens=args.max_new_tokens,
         seed=args.seed,
@@ -213,8 +218,8 @@ def cmd_demo(args) -> int:
     from minieagle.generate import generate
     from minieagle.sampling import SamplingParams
 
-    params, config, tokenizer = _load(args.model)
-    n_params = sum(int(p.size) for p in params.values())
+    target, config, tokenizer = _load(args.model)
+    n_params = sum(int(p.size) for p in target.params.values())
     print(
         f"minieagle demo: target {args.model} ({config.num_hidden_layers} layers, width "
         f"{config.hidden_size}, {n_params / 1e6:.2f}M parameters, vocab {config.vocab_size})\n"
@@ -226,7 +231,7 @@ def cmd_demo(args) -> int:
         if method != "draft-model":
             directory = _head_dir(args)
         if (Path(directory) / "model.safetensors").is_file():
-            methods[method] = _drafter_factory(args, config, params)
+            methods[method] = _drafter_factory(args, config, target)
     sampled = SamplingParams(temperature=0.7, top_p=0.9)
     for kind, prompt in DEMO_PROMPTS:
         ids = tokenizer.encode(prompt, add_bos=True)
@@ -234,7 +239,7 @@ def cmd_demo(args) -> int:
         outputs = {}
         for name, make_drafter in methods.items():
             result = generate(
-                params,
+                target,
                 config,
                 ids,
                 drafter=make_drafter(),
@@ -250,7 +255,7 @@ def cmd_demo(args) -> int:
         print(f"  identical greedy output from every method: {same}")
         print(prompt + tokenizer.decode(outputs["vanilla"]) + "\n")
         result = generate(
-            params,
+            target,
             config,
             ids,
             max_new_tokens=args.max_new_tokens,
@@ -368,7 +373,7 @@ def cmd_bench(args) -> int:
         from minieagle.bench import prompt_set
         from minieagle.bench_methods import compare_methods, format_report
 
-        params, config, tokenizer = _load(args.model, args.device)
+        target, config, tokenizer = _load(args.model, args.device)
         methods = {}
         # EAGLE-1 chains of 3 and 5 (the fastest and the deepest of earlier runs); --depth
         # sizes the dynamic trees of eagle2 and eagle3.
@@ -386,10 +391,10 @@ def cmd_bench(args) -> int:
             if method.startswith("eagle") and not _head_dir(args).is_dir():
                 print(f"[bench: no head at {_head_dir(args)}; {label} skipped]", file=sys.stderr)
                 continue
-            methods[label] = _drafter_factory(args, config, params)
+            methods[label] = _drafter_factory(args, config, target)
         prompts = prompt_set(tokenizer, args.prompts, per_kind=args.prompts_per_corpus)
         results = compare_methods(
-            params, config, methods, prompts, new_tokens=args.new_tokens, repeats=args.repeats,
+            target, config, methods, prompts, new_tokens=args.new_tokens, repeats=args.repeats,
             max_depth=7,  # n-alpha for n = 0 .. 6
         )  # fmt: skip
         print(format_report(results))

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from minieagle.errors import InvalidInputError
-from minieagle.sampling import top_k_indices
+from minieagle.sampling import top_k_rows
 from minieagle.tree import Tree
 
 
@@ -67,7 +67,7 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 def top_children(log_q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The k most likely tokens of each row: (tokens int [F, k'], their log q [F, k']) with
     k' = min(k, V), most likely first, the lowest token id on ties. log_q: [F, V]."""
-    order = np.stack([top_k_indices(row, k) for row in log_q])  # [F, k']
+    order = top_k_rows(log_q, k)  # [F, k']
     return order, np.take_along_axis(log_q, order, axis=-1)
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minieagle import layers, model
-from minieagle.backend import arange, array_module, contiguous, zeros
+from minieagle.backend import arange, array_module, contiguous, ops, zeros
 from minieagle.config import LlamaConfig
 from minieagle.errors import InvalidInputError
 
@@ -91,9 +91,9 @@ class RopeTable:
 def rms_norm(x, weight, eps: float):
     """RMSNorm over the last axis, x [T, d] -> [T, d], as `layers.rmsnorm_forward` without its
     cache (one sum instead of `mean`, which costs a Python-level call on NumPy)."""
-    xp = array_module(x)
-    mean_square = xp.sum(x * x, axis=-1, keepdims=True) / x.shape[-1]  # [T, 1]
-    return x * (1.0 / xp.sqrt(mean_square + eps)) * weight
+    o = ops(x)
+    mean_square = o.sum_last(x * x) / x.shape[-1]  # [T, 1]
+    return x * (1.0 / o.xp.sqrt(mean_square + eps)) * weight
 
 
 def mask_bias(attention_mask, like):
@@ -104,20 +104,19 @@ def mask_bias(attention_mask, like):
 def attention(q, keys, values, bias, groups: int):
     """Grouped-query attention for one sequence. q [T, H, hd]; keys, values [Hkv, S, hd];
     bias [T, S] additive (None: every query sees every key) -> [T, H hd]."""
-    xp = array_module(q)
+    o = ops(q)
     T, H, hd = q.shape
     Hkv = keys.shape[0]
-    qg = xp.reshape(xp.permute_dims(xp.reshape(q, (T, Hkv, groups, hd)), (1, 2, 0, 3)),
-                    (Hkv, groups * T, hd))  # fmt: skip  # [T, H, hd] -> [Hkv, G T, hd]
-    scores = (qg @ xp.permute_dims(keys, (0, 2, 1))) * (1.0 / hd**0.5)  # [Hkv, G T, S]
+    qg = o.reshape(o.permute_dims(o.reshape(q, (T, Hkv, groups, hd)), (1, 2, 0, 3)),
+                   (Hkv, groups * T, hd))  # fmt: skip  # [T, H, hd] -> [Hkv, G T, hd]
+    scores = (qg @ o.permute_dims(keys, (0, 2, 1))) * (1.0 / hd**0.5)  # [Hkv, G T, S]
     if bias is not None:
         S = keys.shape[1]
-        scores = xp.reshape(xp.reshape(scores, (Hkv, groups, T, S)) + bias, (Hkv, groups * T, S))
-    scores = scores - xp.max(scores, axis=-1, keepdims=True)
-    probs = xp.exp(scores)
-    probs = probs / xp.sum(probs, axis=-1, keepdims=True)  # [Hkv, G T, S]
-    out = xp.reshape(probs @ values, (Hkv, groups, T, hd))  # [Hkv, G, T, hd]
-    return xp.reshape(xp.permute_dims(out, (2, 0, 1, 3)), (T, H * hd))  # [T, H hd]
+        scores = o.reshape(o.reshape(scores, (Hkv, groups, T, S)) + bias, (Hkv, groups * T, S))
+    probs = o.xp.exp(scores - o.max_last(scores))
+    probs = probs / o.sum_last(probs)  # [Hkv, G T, S]
+    out = o.reshape(probs @ values, (Hkv, groups, T, hd))  # [Hkv, G, T, hd]
+    return o.reshape(o.permute_dims(out, (2, 0, 1, 3)), (T, H * hd))  # [T, H hd]
 
 
 def rotate(x, cos, sin):
@@ -133,13 +132,13 @@ def layer_forward(layer: PreparedLayer, config: LlamaConfig, n, residual, cos, s
     residual [T, d] the stream it adds to; cos, sin [T, 1, hd]; bias [T, S] or None; cache the
     KVCache (batch 1) whose layer `index` receives this block's keys and values -> [T, d].
     h = residual + o(attention); out = h + down(silu(gate(m)) * up(m)), m = RMSNorm(h)."""
-    xp = array_module(n)
+    o = ops(n)
     T = n.shape[0]
     H, Hkv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
-    qkv = xp.reshape(n @ layer.qkv, (T, H + 2 * Hkv, hd))  # [T, d_in] -> [T, H + 2 Hkv, hd]
+    qkv = o.reshape(n @ layer.qkv, (T, H + 2 * Hkv, hd))  # [T, d_in] -> [T, H + 2 Hkv, hd]
     qk = rotate(qkv[:, : H + Hkv, :], cos, sin)  # [T, H + Hkv, hd]
-    k = xp.permute_dims(qk[:, H:, :], (1, 0, 2))[None, ...]  # [1, Hkv, T, hd]
-    v = xp.permute_dims(qkv[:, H + Hkv :, :], (1, 0, 2))[None, ...]
+    k = o.permute_dims(qk[:, H:, :], (1, 0, 2))[None, ...]  # [1, Hkv, T, hd]
+    v = o.permute_dims(qkv[:, H + Hkv :, :], (1, 0, 2))[None, ...]
     keys, values = cache.append(index, k, v)  # [1, Hkv, S, hd]
     a = attention(qk[:, :H, :], keys[0, ...], values[0, ...], bias, H // Hkv)  # [T, H hd]
     h = residual + a @ layer.o  # [T, d]
@@ -147,7 +146,7 @@ def layer_forward(layer: PreparedLayer, config: LlamaConfig, n, residual, cos, s
     gate_up = m @ layer.gate_up  # [T, 2 I]
     inter = gate_up.shape[-1] // 2
     gate, up = gate_up[:, :inter], gate_up[:, inter:]
-    return h + (gate / (1.0 + xp.exp(-gate)) * up) @ layer.down  # [T, d]
+    return h + (gate / (1.0 + o.xp.exp(-gate)) * up) @ layer.down  # [T, d]
 
 
 def placement(config: LlamaConfig, rope: RopeTable, new: int, past: int, position_ids,

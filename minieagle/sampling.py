@@ -192,6 +192,22 @@ def top_k_indices(values: np.ndarray, k: int) -> np.ndarray:
     return candidates[np.argsort(-values[candidates], kind="stable")[:k]]
 
 
+def top_k_rows(values: np.ndarray, k: int) -> np.ndarray:
+    """`top_k_indices` of every row of a host matrix [F, V] -> int [F, min(k, V)], in one
+    partition for all rows (a row whose k-th value is tied falls back to `top_k_indices`)."""
+    F, V = values.shape
+    k = min(k, V)
+    if k <= 0 or F == 0:
+        return np.zeros((F, max(k, 0)), dtype=np.int64)
+    kth = np.partition(values, V - k, axis=-1)[:, V - k]  # [F] the k-th largest of each row
+    above = values >= kth[:, None]  # [F, V]: exactly k per row unless the k-th value is tied
+    if not (above.sum(axis=-1) == k).all():
+        return np.stack([top_k_indices(row, k) for row in values])
+    ids = np.nonzero(above)[1].reshape(F, k)  # [F, k] ascending ids
+    order = np.argsort(-np.take_along_axis(values, ids, axis=-1), axis=-1, kind="stable")
+    return np.take_along_axis(ids, order, axis=-1)  # largest first, lowest id on ties
+
+
 def sample_token(logits, params: SamplingParams, rng: Randomness) -> int:
     """The next token id: the argmax when greedy (rng untouched), else one draw from
     `target_distribution(logits, params)`. logits: [V] on any array module."""

@@ -453,3 +453,21 @@ def test_top_k_indices_equals_a_stable_full_sort(values, k):
 
     expected = np.argsort(-values, kind="stable")[:k]
     assert top_k_indices(values, k).tolist() == expected.tolist()
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    hnp.arrays(
+        np.float64,
+        st.tuples(st.integers(1, 6), st.integers(1, 30)),
+        elements=st.one_of(st.integers(-3, 3).map(float), st.floats(-5, 5)),
+    ),
+    st.integers(0, 35),
+)
+def test_top_k_rows_equals_a_stable_full_sort_of_each_row(values, k):
+    """The batched top-k (one partition for all rows, with the tie fallback) ranks each row as
+    a stable sort does: largest first, the lowest index on ties."""
+    from minieagle.sampling import top_k_rows
+
+    expected = np.argsort(-values, axis=-1, kind="stable")[:, :k]
+    assert top_k_rows(values, k).tolist() == expected.tolist()
