@@ -88,11 +88,40 @@ def _head_dir(args) -> Path:
     return Path(args.head or DEFAULT_HEAD)
 
 
-def _drafter_factory(args, config, target):
+def _sizer(args, target, config, head, tokenizer):
+    """sampling -> `minieagle.sizing.Sizing` for args.method's head on this machine (measured
+    once, then cached; memoised per sampling setting). --depth and --tree-top-k, when given,
+    constrain the search. Calibration prompts come from the corpora's train split."""
+    from minieagle import sizing
+    from minieagle.calibration import setting_name, training_prompts
+    from minieagle.checkpoint import target_fingerprint
+
+    chosen = {}
+    dynamic = args.method in ("eagle2", "eagle3")
+    fixed = dict(depth=args.depth, top_k=args.tree_top_k) if dynamic else {}
+    identity = f"{target_fingerprint(args.model)}|{target_fingerprint(_head_dir(args))}"
+    params, cfg, vocab = (*head, None)[:3]
+
+    def size(sampling):
+        setting = setting_name(sampling)
+        if setting not in chosen:
+            prompts = training_prompts(tokenizer, "prose", 2) + training_prompts(
+                tokenizer, "code", 2
+            )
+            chosen[setting] = sizing.auto_size(
+                target, config, params, cfg, vocab, sampling, prompts, identity=identity,
+                **fixed,
+            )  # fmt: skip
+        return chosen[setting]
+
+    return size
+
+
+def _drafter_factory(args, config, target, tokenizer=None):
     """A function returning a fresh drafter for args.method (None for vanilla); target is the
     target's prepared view (`_load`; EAGLE heads read its embedding and LM head). Validates
     everything first, and warns when a head or draft model records another target than
-    args.model."""
+    args.model. tokenizer: for automatic sizing (--total-tokens auto, --tree auto)."""
     from minieagle.backend import array_module, put
     from minieagle.checkpoint import check_trained_for, load_checkpoint
     from minieagle.drafters import build_drafter
@@ -102,7 +131,8 @@ def _drafter_factory(args, config, target):
     draft_model = head = None
     depth = getattr(args, "depth", None)
     chain_depth = DEFAULT_CHAIN_DEPTH if depth is None else depth
-    tree = f"chain:{chain_depth}" if getattr(args, "tree", None) == "chain" else "default"
+    tree = {"chain": f"chain:{chain_depth}", "auto": "auto"}.get(getattr(args, "tree", None))
+    tree = tree or "default"
     dtype = params["model.embed_tokens.weight"].dtype
     if args.method in ("eagle1", "eagle2"):
         from minieagle.heads.eagle1 import load_head
@@ -129,8 +159,14 @@ def _drafter_factory(args, config, target):
     gamma = DEFAULT_GAMMA if getattr(args, "gamma", None) is None else args.gamma
     target = (target, config)
     kwargs = dict(draft_model=draft_model, gamma=gamma, target=target, head=head, tree=tree)
+    auto = method in ("eagle2", "eagle3") and args.total_tokens in (None, "auto")
+    if auto or (method == "eagle1" and tree == "auto"):
+        if tokenizer is None:
+            raise InvalidInputError("automatic sizing needs the target's tokenizer")
+        kwargs["sizer"] = _sizer(args, target[0], config, head, tokenizer)
     if method in ("eagle2", "eagle3"):
-        kwargs.update(depth=depth, top_k=args.tree_top_k, total_tokens=args.total_tokens)
+        total = None if auto else args.total_tokens
+        kwargs.update(depth=depth, top_k=args.tree_top_k, total_tokens=total)
         if getattr(args, "calibration", None) is not None:
             from minieagle.calibration import load_calibration
             from minieagle.checkpoint import target_fingerprint
@@ -147,7 +183,7 @@ def cmd_generate(args) -> int:
 
     check_method_flags(args)
     target, config, tokenizer = _load(args.model, args.device)
-    drafter = _drafter_factory(args, config, target)()
+    drafter = _drafter_factory(args, config, target, tokenizer)()
     prompt_ids = tokenizer.encode(args.prompt, add_bos=True)
     result = generate(
         target,
@@ -165,6 +201,8 @@ def cmd_generate(args) -> int:
             f"tau {result.tau:.2f} tokens per target forward, stop: {result.stop_reason}]",
             file=sys.stderr,
         )
+        if getattr(drafter, "sizing", None) is not None:
+            print(f"[{drafter.sizing.describe()}]", file=sys.stderr)
     return 0
 
 
@@ -182,7 +220,7 @@ def cmd_chat(args) -> int:
         tokenizer,
         template,
         system=args.system,
-        make_drafter=_drafter_factory(args, config, target),
+        make_drafter=_drafter_factory(args, config, target, tokenizer),
         sampling=_sampling(args),
         max_new_tokens=args.max_new_tokens,
         seed=args.seed,
@@ -231,7 +269,7 @@ def cmd_demo(args) -> int:
         if method != "draft-model":
             directory = _head_dir(args)
         if (Path(directory) / "model.safetensors").is_file():
-            methods[method] = _drafter_factory(args, config, target)
+            methods[method] = _drafter_factory(args, config, target, tokenizer)
     sampled = SamplingParams(temperature=0.7, top_p=0.9)
     for kind, prompt in DEMO_PROMPTS:
         ids = tokenizer.encode(prompt, add_bos=True)
@@ -375,23 +413,30 @@ def cmd_bench(args) -> int:
 
         target, config, tokenizer = _load(args.model, args.device)
         methods = {}
-        # EAGLE-1 chains of 3 and 5 (the fastest and the deepest of earlier runs); --depth
-        # sizes the dynamic trees of eagle2 and eagle3.
+        # Today's fixed sizes beside the automatic ones (docs/speed.md): the EAGLE-1 26-node
+        # tree, chains of 3 and 5 and the chain sized for this machine; EAGLE-2 and EAGLE-3
+        # sized automatically (--depth / --tree-top-k / --total-tokens constrain or fix them)
+        # and at the fixed depth 5, top_k 8, 26 tokens.
+        given = (args.depth, args.tree_top_k, args.total_tokens)
         variants = [
-            ("vanilla", "vanilla", "default", None),
-            ("draft-model", "draft-model", "default", None),
-            ("eagle1-tree", "eagle1", "default", None),
-            ("eagle1-chain3", "eagle1", "chain", 3),
-            ("eagle1-chain5", "eagle1", "chain", 5),
-            ("eagle2", "eagle2", "default", args.depth),
-            ("eagle3", "eagle3", "default", args.depth),
+            ("vanilla", "vanilla", "default", (None, None, None)),
+            ("draft-model", "draft-model", "default", (None, None, None)),
+            ("eagle1-tree", "eagle1", "default", (None, None, None)),
+            ("eagle1-chain3", "eagle1", "chain", (3, None, None)),
+            ("eagle1-chain5", "eagle1", "chain", (5, None, None)),
+            ("eagle1-chain-auto", "eagle1", "auto", (None, None, None)),
+            ("eagle2", "eagle2", "default", given),
+            ("eagle2-26", "eagle2", "default", (5, 8, 26)),
+            ("eagle3", "eagle3", "default", given),
+            ("eagle3-26", "eagle3", "default", (5, 8, 26)),
         ]
-        for label, method, tree, depth in variants:
+        for label, method, tree, (depth, top_k, total) in variants:
             args.method, args.tree, args.depth = method, tree, depth
+            args.tree_top_k, args.total_tokens = top_k, total
             if method.startswith("eagle") and not _head_dir(args).is_dir():
                 print(f"[bench: no head at {_head_dir(args)}; {label} skipped]", file=sys.stderr)
                 continue
-            methods[label] = _drafter_factory(args, config, target)
+            methods[label] = _drafter_factory(args, config, target, tokenizer)
         prompts = prompt_set(tokenizer, args.prompts, per_kind=args.prompts_per_corpus)
         results = compare_methods(
             target, config, methods, prompts, new_tokens=args.new_tokens, repeats=args.repeats,
@@ -431,10 +476,13 @@ def cmd_import(args) -> int:
     return 0
 
 
-def _integer(minimum: int, example: str):
-    """An argparse type: an integer >= minimum; the message names the value and an example."""
+def _integer(minimum: int, example: str, also=()):
+    """An argparse type: an integer >= minimum (or one of the words `also`); the message names
+    the value and an example."""
 
-    def parse(text: str) -> int:
+    def parse(text: str) -> int | str:
+        if text in also:
+            return text
         try:
             value = int(text)
         except ValueError:
@@ -497,8 +545,9 @@ def build_parser() -> argparse.ArgumentParser:
             )
             p.add_argument(
                 "--tree",
-                choices=["default", "chain"],
-                help="eagle1's static tree: the 26-token default, or a chain of --depth drafts",
+                choices=["default", "chain", "auto"],
+                help="eagle1's static tree: the 26-token default, a chain of --depth drafts, or "
+                "auto: the chain length sized for this machine (docs/speed.md)",
             )
         p.add_argument(
             "--draft-model",
@@ -544,8 +593,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--total-tokens",
             dest="total_tokens",
-            type=_integer(2, "a tree size such as 26"),
-            help="eagle2/eagle3: tree nodes verified per cycle, the root included (default 26)",
+            type=_integer(2, "a tree size such as 26", also=("auto",)),
+            help="eagle2/eagle3: tree nodes verified per cycle, the root included, or auto "
+            "(the default): depth, top-k and size chosen from this machine's measured costs, "
+            "--depth and --tree-top-k constraining the choice (docs/speed.md)",
         )
 
     def device_flag(p):

@@ -41,6 +41,8 @@ class GenerationResult:
     drafted_depth_per_cycle: list[int] = field(default_factory=list)  # the tree's depth
     prefill_seconds: float = 0.0
     decode_seconds: float = 0.0
+    draft_seconds: float = 0.0  # of decode_seconds: in the drafter's propose
+    tree_sizes: list[int] = field(default_factory=list)  # nodes verified per cycle, root included
 
     @property
     def tau(self) -> float:
@@ -169,6 +171,7 @@ def generate(
     stop_at_eos: bool = True,
     stop_token_ids: Iterable[int] | None = None,
     on_tokens: Callable[[list[int]], None] | None = None,
+    fast: bool = True,
 ) -> GenerationResult:
     """Continue `prompt_ids` (host ints) with the target, drafts from `drafter` (none: vanilla).
 
@@ -180,6 +183,8 @@ def generate(
     end-of-turn token). Sampling is greedy by default; `rng` (any `Randomness`) or `seed` drives
     T > 0 and drafting. `on_tokens(tokens)`, when given, is called after every cycle with the
     tokens that cycle emitted (the stop token included), so a caller can stream them.
+    fast=False runs the target on the readable `model.forward` instead of the fast path (the
+    same tokens; for comparisons and stepping through).
     """
     sampling = sampling or SamplingParams()
     rng = rng or SeededRandomness(seed)
@@ -191,8 +196,15 @@ def generate(
             f"stop_token_ids={sorted(stop_ids, key=str)} holds a non-integer; pass token ids"
         )
     prompt_ids = [int(t) for t in prompt_ids]
-    target = inference.prepare(params, config)
-    params = target.params
+    if fast:
+        target = inference.prepare(params, config)
+        params, target_forward = target.params, target.forward
+    else:
+        params = params.params if isinstance(params, inference.PreparedTarget) else params
+
+        def target_forward(ids, **kwargs):
+            return model.forward(params, config, ids, **kwargs)[:2]
+
     embed = params["model.embed_tokens.weight"]  # arrays we make go where the weights are
     context = config.max_position_embeddings
     cache = KVCache.for_model(config, params, capacity=context)
@@ -201,7 +213,7 @@ def generate(
     start = time.perf_counter()
     hidden = {}
     if len(prompt_ids) > 1:
-        _, hidden = target.forward(
+        _, hidden = target_forward(
             to_device(prompt_ids[:-1], embed), cache=cache, output_hidden=features
         )
     drafter.begin(prompt_ids, hidden, sampling)
@@ -214,9 +226,11 @@ def generate(
         if room < 1:
             result.stop_reason = "context_full"
             break
+        drafting = time.perf_counter()
         draft_tree = drafter.propose(root, rng, max_nodes=room)
+        result.draft_seconds += time.perf_counter() - drafting
         cached = cache.length
-        logits, hidden = target.forward(
+        logits, hidden = target_forward(
             to_device(draft_tree.tokens, embed),
             position_ids=to_device(trees.position_ids(draft_tree, cached), embed),
             attention_mask=to_device(trees.attention_mask(draft_tree, cached), embed),
@@ -235,6 +249,7 @@ def generate(
         result.target_forwards += 1
         result.accepted_per_cycle.append(len(verdict.accepted))
         result.drafted_depth_per_cycle.append(int(trees.depths(draft_tree).max()))
+        result.tree_sizes.append(len(draft_tree))
         before = len(result.tokens)
         for token in kept_tokens[1:] + [verdict.next_token]:
             result.tokens.append(token)

@@ -13,8 +13,9 @@ inference-prepared view derived from those parameters once (`prepare`):
   bias (none at all for a single decoded token, which sees every cached position);
 - 2-D activations `[T, d]` (one sequence), so no batch axis travels through the layer.
 
-Training and checkpoints keep the HF layout; the view is a snapshot (editing `params` later does
-not change it: prepare again). Every function takes its array module from its inputs, so the
+Training and checkpoints keep the HF layout. The view is derived once: the transposed and fused
+weights are copies, while arrays that need no new layout (the embedding, the norm weights) are
+shared with `params`; so after changing any parameter, prepare again. Every function takes its array module from its inputs, so the
 path runs on NumPy, CuPy and the array-api-strict test lane alike. `tests/test_inference.py`
 checks it against `model.forward` (float64, to 1e-12) on prompts, decoded tokens and draft trees.
 """
@@ -77,7 +78,8 @@ class RopeTable:
         """cos, sin [T, 1, hd] for position_ids int [T] whose largest value is `top`."""
         if top >= self.length:
             config = self.config
-            self.length = min(config.max_position_embeddings, max(top + 1, 2 * self.length, 256))
+            grown = min(config.max_position_embeddings, max(2 * self.length, 256))
+            self.length = max(top + 1, grown)
             positions = arange(self.length, like=self.like)
             self.cos, self.sin = layers.rope_tables(
                 positions, config.head_dim, config.rope_theta, self.like.dtype
@@ -158,8 +160,14 @@ def placement(config: LlamaConfig, rope: RopeTable, new: int, past: int, positio
     like = rope.like
     if position_ids is None:
         position_ids, top = past + arange(new, like=like), past + new - 1
-    elif top is None:
-        top = int(array_module(position_ids).max(position_ids))
+    else:
+        xp = array_module(position_ids)
+        low = int(xp.min(position_ids))  # host syncs: the table is indexed by these positions
+        top = int(xp.max(position_ids)) if top is None else top
+        if low < 0:
+            raise InvalidInputError(
+                f"position_ids hold {low}; positions count from 0, pass cache.length + offsets"
+            )
     if attention_mask is None and new > 1:
         attention_mask = model.causal_mask(past, new, like=like)
     elif attention_mask is not None and tuple(attention_mask.shape) != (new, past + new):
@@ -222,8 +230,9 @@ class PreparedTarget:
 
 
 def prepare(params, config: LlamaConfig) -> PreparedTarget:
-    """The inference view of a Llama target's parameters (a snapshot: prepare again after
-    editing them); a view already prepared for this config is returned as it is."""
+    """The inference view of a Llama target's parameters (prepare again after changing them:
+    the module docstring says which arrays are copies); a view already prepared for this
+    config is returned as it is."""
     if isinstance(params, PreparedTarget):
         if params.config != config:
             raise InvalidInputError(

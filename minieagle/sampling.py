@@ -199,6 +199,8 @@ def top_k_rows(values: np.ndarray, k: int) -> np.ndarray:
     k = min(k, V)
     if k <= 0 or F == 0:
         return np.zeros((F, max(k, 0)), dtype=np.int64)
+    if k == 1:  # argmax takes the first of tied maxima: the lowest id
+        return np.argmax(values, axis=-1)[:, None]
     kth = np.partition(values, V - k, axis=-1)[:, V - k]  # [F] the k-th largest of each row
     above = values >= kth[:, None]  # [F, V]: exactly k per row unless the k-th value is tied
     if not (above.sum(axis=-1) == k).all():

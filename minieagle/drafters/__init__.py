@@ -69,6 +69,7 @@ def build_drafter(
     total_tokens: int | None = None,
     calibration=None,
     sampled_tree: bool = False,
+    sizer=None,
 ):
     """The drafter for a method name (None for vanilla).
 
@@ -81,7 +82,9 @@ def build_drafter(
     "eagle3" drafts through the same dynamic tree with an EAGLE-3 head: head = (head params,
     Eagle3Config, DraftVocab); None sizes mean the EAGLE-3 defaults
     (`minieagle.drafters.eagle2.EAGLE3_DEFAULTS`). Both take the options calibration (a
-    `minieagle.calibration.Calibration`) and sampled_tree (docs/calibration.md)."""
+    `minieagle.calibration.Calibration`) and sampled_tree (docs/calibration.md), and sizer: a
+    callable sampling -> `minieagle.sizing.Sizing` that sizes the tree for this machine when a
+    sequence begins (then None sizes are its choice, given ones constrain it)."""
     if method == "vanilla":
         return None
     if method == "draft-model":
@@ -100,7 +103,7 @@ def build_drafter(
                 "method 'eagle1' needs the target and a trained head; pass --head DIR "
                 "(train one with `minieagle train eagle1`)"
             )
-        return Eagle1Drafter(*target, *head, choices=tree)
+        return Eagle1Drafter(*target, *head, choices=tree, sizer=sizer)
     if method in ("eagle2", "eagle3"):
         from minieagle.drafters.eagle2 import EAGLE2_DEFAULTS, EAGLE3_DEFAULTS, Eagle2Drafter
 
@@ -112,8 +115,10 @@ def build_drafter(
             )
         defaults = EAGLE2_DEFAULTS if method == "eagle2" else EAGLE3_DEFAULTS
         sizes = dict(depth=depth, top_k=top_k, total_tokens=total_tokens)
-        sizes = {k: defaults[k] if v is None else v for k, v in sizes.items()}
+        if sizer is None:
+            sizes = {k: defaults[k] if v is None else v for k, v in sizes.items()}
         return Eagle2Drafter(
-            *target, *head, **sizes, calibration=calibration, sampled_tree=sampled_tree
-        )
+            *target, *head, **sizes, calibration=calibration, sampled_tree=sampled_tree,
+            sizer=sizer,
+        )  # fmt: skip
     raise InvalidInputError(f"unknown method {method!r}; expected one of {list(METHODS)}")

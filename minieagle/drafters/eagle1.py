@@ -28,6 +28,7 @@ import numpy as np
 
 from minieagle.config import LlamaConfig
 from minieagle.drafters.head_drafter import HeadDrafter, draft_children
+from minieagle.errors import InvalidInputError
 from minieagle.heads.eagle1 import Eagle1Config
 from minieagle.sampling import Randomness
 from minieagle.static_trees import resolve_tree
@@ -47,9 +48,22 @@ class Eagle1Drafter(HeadDrafter):
         head_cfg: Eagle1Config,
         *,
         choices="default",
+        sizer=None,
     ):
         super().__init__(target_params, target_config, head, head_cfg)
-        self.paths = resolve_tree(choices)  # sorted by depth, then ranks: parents first
+        if (choices == "auto") != (sizer is not None):
+            raise InvalidInputError(
+                "choices='auto' and a sizer go together: pass both (the chain length is sized "
+                "for this machine) or neither"
+            )
+        self.sizer, self.sizing = sizer, None
+        self.paths = None if sizer else resolve_tree(choices)  # by depth, then ranks
+
+    def begin(self, prompt_ids, features, sampling) -> None:
+        if self.sizer is not None:  # the chain length sized for this setting (minieagle.sizing)
+            self.sizing = self.sizer(sampling)
+            self.paths = resolve_tree(f"chain:{self.sizing.chain}")
+        super().begin(prompt_ids, features, sampling)
 
     def propose(self, root: int, rng: Randomness, max_nodes: int) -> Tree:
         if not self._start_cycle(max_nodes):

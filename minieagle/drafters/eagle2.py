@@ -102,15 +102,20 @@ class Eagle2Drafter(HeadDrafter):
         head_cfg,
         vocab=None,
         *,
-        depth: int = DEFAULT_DEPTH,
-        top_k: int = DEFAULT_TOP_K,
-        total_tokens: int = DEFAULT_TOTAL_TOKENS,
+        depth: int | None = DEFAULT_DEPTH,
+        top_k: int | None = DEFAULT_TOP_K,
+        total_tokens: int | None = DEFAULT_TOTAL_TOKENS,
         calibration: Calibration | None = None,
         sampled_tree: bool = False,
+        sizer=None,
     ):
-        _check_positive("depth", depth, 1, "expansion steps such as 5")
-        _check_positive("top_k", top_k, 1, "a branching such as 8")
-        _check_positive("total_tokens", total_tokens, 2, "nodes verified (root included), e.g. 26")
+        if sizer is None:
+            _check_sizes(depth, top_k, total_tokens)
+        else:  # sizes given with a sizer are constraints of its search; None = its choice
+            for name, value, minimum in (("depth", depth, 1), ("top_k", top_k, 1),
+                                         ("total_tokens", total_tokens, 2)):  # fmt: skip
+                if value is not None:
+                    _check_positive(name, value, minimum, "a size, or None to let sizing choose")
         if calibration is not None and not isinstance(calibration, Calibration):
             raise InvalidInputError(
                 f"calibration is a {type(calibration).__name__}; pass a "
@@ -118,18 +123,10 @@ class Eagle2Drafter(HeadDrafter):
             )
         if not isinstance(sampled_tree, bool):
             raise InvalidInputError(f"sampled_tree={sampled_tree!r} must be True or False")
-        if top_k > total_tokens - 1:
-            # More candidates per level than the tree can keep only cost time: the expansion
-            # grows with top_k squared, and at most total_tokens - 1 drafts are kept.
-            raise InvalidInputError(
-                f"top_k={top_k} exceeds total_tokens - 1 = {total_tokens - 1}, the drafts a tree "
-                f"of {total_tokens} nodes keeps; pass top_k <= {total_tokens - 1} or raise "
-                "total_tokens"
-            )
         super().__init__(target_params, target_config, head, head_cfg, vocab)
         self.depth, self.top_k, self.total_tokens = depth, top_k, total_tokens
         self.calibration, self.sampled_tree = calibration, sampled_tree
-        self.draft_slots = depth * top_k  # the frontier nodes fed to the head each cycle
+        self.sizer, self.sizing = sizer, None
         self.pool, self.selected = None, None
         self.calibration_records: list[tuple[float, bool]] = []
         self._verified = None  # (tree, confidence [N]) of the last proposal
@@ -143,6 +140,12 @@ class Eagle2Drafter(HeadDrafter):
                     f"decoding is {want!r}; pass the calibration fitted for {want!r} (one per "
                     "sampling setting) or none"
                 )
+        if self.sizer is not None:  # sizes for this sampling setting (minieagle.sizing)
+            self.sizing = self.sizer(sampling)
+            self.depth, self.top_k = self.sizing.depth, self.sizing.top_k
+            self.total_tokens = self.sizing.total_tokens
+            _check_sizes(self.depth, self.top_k, self.total_tokens)
+        self.draft_slots = self.depth * self.top_k  # the frontier nodes fed to the head a cycle
         super().begin(prompt_ids, features, sampling)
 
     def propose(self, root: int, rng: Randomness, max_nodes: int) -> Tree:
@@ -233,6 +236,20 @@ def _reached_nodes(tree: Tree, confidence: np.ndarray, kept_tokens) -> list[tupl
         path.append(match[0])
     accepted = set(path)
     return [(float(confidence[c]), c in accepted) for node in path for c in kids[node]]
+
+
+def _check_sizes(depth, top_k, total_tokens) -> None:
+    _check_positive("depth", depth, 1, "expansion steps such as 5")
+    _check_positive("top_k", top_k, 1, "a branching such as 8")
+    _check_positive("total_tokens", total_tokens, 2, "nodes verified (root included), e.g. 26")
+    if top_k > total_tokens - 1:
+        # More candidates per level than the tree can keep only cost time: the expansion
+        # grows with top_k squared, and at most total_tokens - 1 drafts are kept.
+        raise InvalidInputError(
+            f"top_k={top_k} exceeds total_tokens - 1 = {total_tokens - 1}, the drafts a tree "
+            f"of {total_tokens} nodes keeps; pass top_k <= {total_tokens - 1} or raise "
+            "total_tokens"
+        )
 
 
 def _check_positive(name: str, value, minimum: int, example: str) -> None:

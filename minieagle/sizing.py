@@ -1,0 +1,393 @@
+"""Hardware-aware tree sizing: the dynamic tree's depth, top_k and total_tokens (and the EAGLE-1
+chain length) that maximise the expected tokens per second on this machine, for this target and
+head.
+
+A speculative cycle drafts a tree, verifies it in one target forward and emits, on average,
+τ tokens. Its speed, relative to vanilla decoding (one forward of one token per token), is
+
+    speedup(k, d, N) = τ̂(k, d, N) * step / (verify(N) + loop + draft(k, d))
+
+- verify(N): one target forward over N tree tokens, measured (the cost curve; on a CPU it
+  grows with N, on a GPU it is nearly flat, so the best N differs by machine, EAGLE-2 §5.3);
+- loop: the speculative loop's own work per cycle (verification, cache surgery), measured as a
+  vanilla step minus a one-token forward; step = verify(1) + loop is one vanilla step;
+- draft(k, d): drafting with top_k = k and depth = d, measured: the catch-up forward, d
+  expansion levels of k nodes each, tree building;
+- τ̂(k, d, N) = 1 + the expected number of accepted drafts of the tree EAGLE-2 would build:
+  the N - 1 best candidates (by the drafter's own ranking, raw draft log q) of the pool cut to
+  depth d + 1, each counted with the estimated chance that its whole path is accepted, the
+  product of c(q) along it (c: the calibration map fitted on the same run's records, q's
+  observed acceptance rate; `minieagle.calibration`).
+
+One calibration run per candidate top_k (`CANDIDATE_TOP_K`) at the deepest depth records every
+cycle's pool and the drafting times; smaller depths and tree sizes are read from those pools, so
+the search costs a few generations, not one per configuration. top_k = 1 makes the tree a chain
+of the head's top-1 tokens: its best length is EAGLE-1's chain length (`Sizing.chain`).
+
+`auto_size` caches the result per machine, target, head and sampling setting
+(~/.cache/minieagle/sizing/, override with MINIEAGLE_CACHE): the measurements take a minute
+once, then the sizes load instantly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from minieagle import inference
+from minieagle.backend import synchronize, to_device
+from minieagle.calibration import fit_calibration, setting_name
+from minieagle.config import LlamaConfig
+from minieagle.dynamic_tree import Pool, pool_depths, rerank
+from minieagle.errors import InvalidInputError
+from minieagle.kvcache import KVCache
+from minieagle.sampling import SamplingParams
+
+SIZING_VERSION = 1
+CANDIDATE_TOP_K = (1, 2, 4, 8)
+MAX_DEPTH = 7  # expansion steps of the calibration runs: trees up to 8 drafts deep
+TOTAL_TOKENS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 26, 32, 40, 48, 64)
+
+
+@dataclass
+class Sizing:
+    """The chosen sizes and what the model expects of them. depth, top_k, total_tokens: the
+    dynamic tree (`Eagle2Drafter`); chain: the best EAGLE-1 chain length (drafts); expected_tau
+    and expected_speedup: the model's τ̂ and speedup at the chosen sizes; chain_tau,
+    chain_speedup: the same for the chain. setting: the sampling setting it was sized for.
+    costs: the measured times in ms (verify by N, loop, draft by "k,d"), so a reader can redo
+    the choice."""
+
+    depth: int
+    top_k: int
+    total_tokens: int
+    chain: int
+    expected_tau: float
+    expected_speedup: float
+    chain_tau: float
+    chain_speedup: float
+    setting: str
+    costs: dict = field(default_factory=dict)
+
+    def describe(self) -> str:
+        return (
+            f"auto sizing ({self.setting}): depth {self.depth}, top_k {self.top_k}, "
+            f"total_tokens {self.total_tokens} (expected tau {self.expected_tau:.2f}, "
+            f"speedup {self.expected_speedup:.2f}x); EAGLE-1 chain:{self.chain} (expected tau "
+            f"{self.chain_tau:.2f}, {self.chain_speedup:.2f}x)"
+        )
+
+
+# ---------------------------------------------------------------------------- measurements
+
+
+def measure_verify_ms(target, config: LlamaConfig, prompt, sizes, *, repeats: int = 5) -> dict:
+    """Median ms of one fast-path target forward over N chain tokens (same matmul shapes as
+    any tree of N nodes) after `prompt` is cached, for each N in sizes -> {N: ms}."""
+    from minieagle import tree as trees
+
+    target = inference.prepare(target, config)
+    embed = target.embed
+    cache = KVCache.for_model(config, target.params, capacity=len(prompt) + max(sizes))
+    target.forward(to_device(prompt, embed), cache=cache)
+    cached = cache.length
+    times = {n: [] for n in sizes}
+    for _ in range(repeats):
+        for n in sizes:
+            chain = trees.Tree.chain(prompt[-1], [prompt[-1]] * (n - 1))
+            tokens = to_device(chain.tokens, embed)
+            positions = to_device(trees.position_ids(chain, cached), embed)
+            mask = to_device(trees.attention_mask(chain, cached), embed)
+            synchronize(embed)
+            start = time.perf_counter()
+            logits, _ = target.forward(
+                tokens, position_ids=positions, attention_mask=mask, cache=cache
+            )
+            synchronize(logits)
+            times[n].append(1e3 * (time.perf_counter() - start))
+            cache.crop(cached)
+    return {n: statistics.median(t) for n, t in times.items()}
+
+
+class _TimedDrafter:
+    """Wraps an `Eagle2Drafter` for a calibration run: keeps each cycle's pool and times its
+    propose (whole) and its expansion levels (head forward + children), without changing what
+    it drafts."""
+
+    def __init__(self, drafter):
+        self.inner = drafter
+        self.feature_keys = drafter.feature_keys
+        self.pools: list[Pool] = []
+        self.propose_ms: list[float] = []
+        self.level_ms: list[float] = []
+        feed, add = drafter._feed_level, drafter._add_level
+        self._level_start = None
+
+        def timed_feed(*args, **kwargs):
+            self._level_start = time.perf_counter()
+            return feed(*args, **kwargs)
+
+        def timed_add(*args, **kwargs):
+            out = add(*args, **kwargs)
+            if self._level_start is not None:  # the root's children are not a level
+                self.level_ms.append(1e3 * (time.perf_counter() - self._level_start))
+                self._level_start = None
+            return out
+
+        drafter._feed_level, drafter._add_level = timed_feed, timed_add
+
+    def begin(self, prompt_ids, features, sampling) -> None:
+        self.inner.begin(prompt_ids, features, sampling)
+
+    def propose(self, root, rng, max_nodes):
+        start = time.perf_counter()
+        tree = self.inner.propose(root, rng, max_nodes)
+        self.propose_ms.append(1e3 * (time.perf_counter() - start))
+        if self.inner.pool is not None:
+            self.pools.append(self.inner.pool)
+        return tree
+
+    def accept(self, tokens, features, next_token) -> None:
+        self.inner.accept(tokens, features, next_token)
+
+
+def calibration_run(target, config, head, head_cfg, vocab, prompts, sampling: SamplingParams,
+                    top_k: int, *, depth: int = MAX_DEPTH, new_tokens: int = 48, seed: int = 0):  # fmt: skip
+    """Decode `prompts` ((kind, ids) pairs) with an `Eagle2Drafter` of this top_k at `depth`,
+    a tree large enough never to cut the expansion. Returns (pools, calibration records,
+    mean propose ms, mean level ms)."""
+    from minieagle.drafters.eagle2 import Eagle2Drafter
+    from minieagle.generate import generate
+
+    pools, records, propose, level = [], [], [], []
+    total = max(top_k + 1, depth + 2, 26)
+    for i, (_, ids) in enumerate(prompts):
+        drafter = _TimedDrafter(
+            Eagle2Drafter(target, config, head, head_cfg, vocab, depth=depth, top_k=top_k,
+                          total_tokens=total)  # fmt: skip
+        )
+        generate(target, config, ids, drafter=drafter, max_new_tokens=new_tokens,
+                 sampling=sampling, seed=seed + i, stop_at_eos=False)  # fmt: skip
+        pools += drafter.pools
+        records += drafter.inner.calibration_records
+        propose += drafter.propose_ms[1:]  # the first cycle's catch-up reads the whole prompt
+        level += drafter.level_ms
+    return pools, records, statistics.median(propose), statistics.median(level)
+
+
+# ---------------------------------------------------------------------------- the model
+
+
+def expected_accepted(pool: Pool, log_accept: np.ndarray, depth: int, drafts: int) -> float:
+    """Expected accepted drafts of the tree the drafter builds from `pool` with `depth`
+    expansion steps and `drafts` = total_tokens - 1: its ranking (raw scores) picks the
+    candidates no deeper than depth + 1; each counts exp(sum of log_accept along its path)."""
+    depths = pool_depths(pool.parents)
+    keep = np.flatnonzero(depths <= depth + 1)  # a prefix: the pool is built level by level
+    if len(keep) == 0:
+        return 0.0
+    n = int(keep[-1]) + 1
+    path_log = np.zeros(n)
+    for i in range(n):  # parents precede children
+        parent = pool.parents[i]
+        path_log[i] = log_accept[i] + (path_log[parent] if parent >= 0 else 0.0)
+    chosen = rerank(pool.scores[:n], pool.parents[:n], drafts)
+    return float(np.exp(path_log[chosen]).sum())
+
+
+def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *,
+           top_k=None, depth=None, total_tokens=None):  # fmt: skip
+    """The (top_k, depth, total_tokens) of the highest predicted speedup. verify_ms {N: ms};
+    draft_ms {(k, d): ms}; tau {(k, d, N): τ̂}; fixed top_k / depth / total_tokens restrict
+    the search. Returns (k, d, N, τ̂, speedup)."""
+    step = verify_ms[1] + loop_ms
+    best = None
+    for (k, d, n), t in tau.items():
+        if any(want is not None and want != got
+               for want, got in ((top_k, k), (depth, d), (total_tokens, n))):  # fmt: skip
+            continue
+        speed = t * step / (verify_ms[n] + loop_ms + draft_ms[k, d])
+        if best is None or speed > best[-1] + 1e-12:
+            best = (k, d, n, t, speed)
+    if best is None:
+        raise InvalidInputError(
+            f"no candidate size matches top_k={top_k}, depth={depth}, total_tokens="
+            f"{total_tokens}; let auto sizing choose them (pass none of them)"
+        )
+    return best
+
+
+def measure_sizing(target, config, head, head_cfg, vocab, prompts, sampling: SamplingParams, *,
+                   candidate_top_k=CANDIDATE_TOP_K, max_depth: int = MAX_DEPTH,
+                   sizes=TOTAL_TOKENS, new_tokens: int = 48, progress: bool = False) -> dict:  # fmt: skip
+    """Every measurement the choice needs, as plain JSON-ready data: verify ms by N, the loop
+    overhead, draft ms by (k, d), and τ̂ by (k, d, N) from one calibration run per top_k."""
+    from minieagle.bench import measure_decode
+
+    target = inference.prepare(target, config)
+    sizes = sorted({1, *sizes})
+    bar = _progress(progress, total=2 + len(candidate_top_k))
+    verify_ms = measure_verify_ms(target, config, prompts[0][1], sizes)
+    bar.update(1)
+    decode = measure_decode(target, config, [ids for _, ids in prompts[:2]], new_tokens=32,
+                            repeats=3)  # fmt: skip
+    loop_ms = max(0.0, decode["ms_per_token"]["median"] - verify_ms[1])
+    bar.update(1)
+    runs = {}
+    for k in candidate_top_k:
+        runs[k] = calibration_run(target, config, head, head_cfg, vocab, prompts, sampling, k,
+                                  depth=max_depth, new_tokens=new_tokens)  # fmt: skip
+        bar.update(1)
+    bar.close()
+    records = [r for run in runs.values() for r in run[1]]
+    calibration = fit_calibration(records, setting=setting_name(sampling))
+    draft_ms, tau = {}, {}
+    for k, (pools, _, propose_ms, level_ms) in runs.items():
+        for d in range(1, max_depth + 1):
+            draft_ms[k, d] = max(0.0, propose_ms - (max_depth - d) * level_ms)
+            for n in sizes:
+                if n < 2 or k > n - 1:
+                    continue
+                accepted = [
+                    expected_accepted(pool, calibration.log_acceptance(pool.log_q), d, n - 1)
+                    for pool in pools
+                ]
+                tau[k, d, n] = 1.0 + float(np.mean(accepted))
+    return {
+        "verify_ms": verify_ms,
+        "loop_ms": loop_ms,
+        "draft_ms": draft_ms,
+        "tau": tau,
+        "calibration_records": len(records),
+        "cycles": {k: len(run[0]) for k, run in runs.items()},
+    }
+
+
+def sizing_from(measured: dict, setting: str, **fixed) -> Sizing:
+    """The `Sizing` the measurements pick (fixed: top_k / depth / total_tokens the user set)."""
+    verify_ms, loop_ms = measured["verify_ms"], measured["loop_ms"]
+    k, d, n, t, speed = choose(verify_ms, loop_ms, measured["draft_ms"], measured["tau"], **fixed)
+    chain_tau = {key: v for key, v in measured["tau"].items() if key[0] == 1 and key[2] == key[1] + 2}
+    _, cd, _, ct, cs = choose(verify_ms, loop_ms, measured["draft_ms"], chain_tau)
+    costs = {
+        "verify_ms": {str(n): v for n, v in verify_ms.items()},
+        "loop_ms": loop_ms,
+        "draft_ms": {f"{k},{d}": v for (k, d), v in measured["draft_ms"].items()},
+    }
+    return Sizing(d, k, n, cd + 1, t, speed, ct, cs, setting, costs)
+
+
+# ---------------------------------------------------------------------------- the cache
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("MINIEAGLE_CACHE") or Path.home() / ".cache" / "minieagle"
+    return Path(root) / "sizing"
+
+
+def machine_key(like) -> str:
+    """What the measured costs depend on besides the model: the processor, the array module
+    of `like` (a target weight) and its device, NumPy's version and the BLAS thread setting."""
+    from minieagle.backend import array_module
+
+    xp = array_module(like)
+    parts = [platform.machine(), platform.processor() or _cpu_name(), xp.__name__,
+             np.__version__, os.environ.get("OPENBLAS_NUM_THREADS", ""), str(os.cpu_count())]  # fmt: skip
+    if xp.__name__ == "cupy":
+        parts.append(xp.cuda.runtime.getDeviceProperties(0)["name"].decode())
+    return "|".join(parts)
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown-cpu"
+
+
+def auto_size(target, config, head, head_cfg, vocab, sampling: SamplingParams, prompts, *,
+              identity: str, progress: bool = True, **fixed) -> Sizing:  # fmt: skip
+    """The `Sizing` for this machine, target + head (`identity`: e.g. their fingerprints) and
+    sampling setting, from the cache or measured now (and cached, written atomically).
+    prompts: (kind, ids) calibration prompts, never the ones a benchmark reports on."""
+    target = inference.prepare(target, config)
+    setting = setting_name(sampling)
+    key = hashlib.sha256(
+        f"{SIZING_VERSION}|{machine_key(target.embed)}|{identity}|{setting}".encode()
+    ).hexdigest()[:20]
+    path = cache_dir() / f"{key}.json"
+    measured = None
+    if path.is_file():
+        try:
+            measured = _measured_from_json(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError):
+            measured = None  # unreadable or from another version: measure again
+    if measured is None:
+        measured = measure_sizing(target, config, head, head_cfg, vocab, prompts, sampling,
+                                  progress=progress)  # fmt: skip
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(_measured_to_json(measured, setting), indent=1) + "\n")
+        partial.replace(path)
+    return sizing_from(measured, setting, **fixed)
+
+
+def _measured_to_json(measured: dict, setting: str) -> dict:
+    return {
+        "version": SIZING_VERSION,
+        "setting": setting,
+        "verify_ms": {str(n): v for n, v in measured["verify_ms"].items()},
+        "loop_ms": measured["loop_ms"],
+        "draft_ms": {f"{k},{d}": v for (k, d), v in measured["draft_ms"].items()},
+        "tau": {f"{k},{d},{n}": v for (k, d, n), v in measured["tau"].items()},
+        "calibration_records": measured["calibration_records"],
+        "cycles": {str(k): v for k, v in measured["cycles"].items()},
+    }
+
+
+def _measured_from_json(data: dict) -> dict:
+    if data.get("version") != SIZING_VERSION:
+        raise ValueError("another sizing version")
+
+    def ints(key: str) -> tuple:
+        return tuple(int(x) for x in key.split(","))
+
+    return {
+        "verify_ms": {int(n): float(v) for n, v in data["verify_ms"].items()},
+        "loop_ms": float(data["loop_ms"]),
+        "draft_ms": {ints(key): float(v) for key, v in data["draft_ms"].items()},
+        "tau": {ints(key): float(v) for key, v in data["tau"].items()},
+        "calibration_records": int(data["calibration_records"]),
+        "cycles": {int(k): int(v) for k, v in data["cycles"].items()},
+    }
+
+
+class _NoBar:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(enabled: bool, total: int):
+    if not enabled:
+        return _NoBar()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="sizing the draft tree for this machine", unit="step")
+
+
+def sizing_json(sizing: Sizing) -> dict:
+    return asdict(sizing)
