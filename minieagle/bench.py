@@ -199,8 +199,11 @@ def prompt_set(tokenizer, name: str, per_kind: int = 2, length: int = 32) -> lis
     return prompts
 
 
-def measure_decode(params, config: LlamaConfig, prompts, *, new_tokens: int, repeats: int) -> dict:
-    """Greedy vanilla decoding with the KV cache, `new_tokens` per prompt, end-of-text ignored.
+def measure_decode(
+    params, config: LlamaConfig, prompts, *, new_tokens: int, repeats: int, fast: bool = True
+) -> dict:
+    """Greedy vanilla decoding with the KV cache, `new_tokens` per prompt, end-of-text ignored;
+    on the fast path (`minieagle.inference`), or the readable `model.forward` with fast=False.
 
     ms/token is decode time / tokens: each cycle of the loop is one target forward of the last
     token (the root) and emits one token. The prefill covers the prompt but its last token. One
@@ -211,7 +214,9 @@ def measure_decode(params, config: LlamaConfig, prompts, *, new_tokens: int, rep
     def one_pass():
         seconds = prefill = forwards = flops = 0
         for ids in prompts:
-            result = generate(params, config, ids, max_new_tokens=new_tokens, stop_at_eos=False)
+            result = generate(
+                params, config, ids, max_new_tokens=new_tokens, stop_at_eos=False, fast=fast
+            )
             decoded = result.target_forwards
             # forward i feeds the root at position len(ids) - 1 + i, which sees len(ids) + i
             flops += sum(forward_flops_per_token(config, len(ids) + i) for i in range(decoded))
@@ -235,18 +240,36 @@ def measure_decode(params, config: LlamaConfig, prompts, *, new_tokens: int, rep
 
 
 def measure_verify_cost(
-    params, config: LlamaConfig, prompt, *, sizes=(1, 4, 8, 16, 26, 48), repeats: int = 7
+    params,
+    config: LlamaConfig,
+    prompt,
+    *,
+    sizes=(1, 4, 8, 16, 26, 48),
+    repeats: int = 7,
+    fast: bool = False,
 ) -> dict:
     """Cost of one verification forward against the tree size: N chain tokens after a cached
-    prompt (a chain has the same matmul shapes as any tree of N nodes), relative to N = 1.
+    prompt (a chain has the same matmul shapes as any tree of N nodes), relative to N = 1; on
+    the readable `model.forward`, or the fast path (`minieagle.inference`) with fast=True.
 
     On a GPU LLM a decoding step is memory-bound and N tokens cost about as much as one; here the
     ratio shows how far that holds for a small model on a CPU."""
     from minieagle import tree as trees
 
+    from minieagle import inference
+
+    if fast:
+        target = inference.prepare(params, config)
+        params, run = target.params, target.forward
+    else:
+        params = params.params if isinstance(params, inference.PreparedTarget) else params
+
+        def run(ids, **kwargs):
+            return model.forward(params, config, ids, **kwargs)[:2]
+
     embed = params["model.embed_tokens.weight"]  # inputs go where the weights are
     cache = KVCache.for_model(config, params, capacity=len(prompt) + max(sizes))
-    model.forward(params, config, to_device(prompt, embed), cache=cache)
+    run(to_device(prompt, embed), cache=cache)
     cached = cache.length
     times = {n: [] for n in sizes}
     for _ in range(repeats):
@@ -257,9 +280,7 @@ def measure_verify_cost(
             mask = to_device(trees.attention_mask(chain, cached), embed)
             synchronize(embed)
             start = time.perf_counter()
-            logits, _, _ = model.forward(
-                params, config, tokens, position_ids=positions, attention_mask=mask, cache=cache
-            )
+            logits, _ = run(tokens, position_ids=positions, attention_mask=mask, cache=cache)
             synchronize(logits)  # a GPU returns before its kernels end
             times[n].append(1e3 * (time.perf_counter() - start))
             cache.crop(cached)
@@ -279,11 +300,12 @@ def measure_cost_curve(
 ) -> dict:
     """The two numbers that decide which draft trees can pay on this machine: vanilla decoding
     over `prompts` ({"decode": `measure_decode`}) and one verification forward of N tokens
-    after the first prompt ({"verify": `measure_verify_cost`}, at least 5 repeats)."""
+    after the first prompt ({"verify": `measure_verify_cost`}, at least 5 repeats), both on
+    the fast path the methods decode with."""
     return {
         "decode": measure_decode(params, config, prompts, new_tokens=new_tokens, repeats=repeats),
         "verify": measure_verify_cost(
-            params, config, prompts[0], sizes=sizes, repeats=max(5, repeats)
+            params, config, prompts[0], sizes=sizes, repeats=max(5, repeats), fast=True
         ),
     }
 
@@ -413,6 +435,7 @@ def _print_report(r: dict) -> None:
         f"{dec['new_tokens']} new tokens, greedy, KV cache"
     )
     print(_row("ms/token", dec["ms_per_token"], "ms"))
+    print(_row("ms/token, readable path", r["decode_readable"]["ms_per_token"], "ms"))
     print(_row("prefill", dec["prefill_ms"], "ms"))
     print(_row("achieved", dec["gflops"], "GFLOP/s", digits=3))
     print(f"  {'FLOPs/token':<26} {dec['flops_per_token_at_prompt'] / 1e6:>10.2f} MFLOP")
@@ -420,11 +443,15 @@ def _print_report(r: dict) -> None:
     print(_row("whole forward", lay["forward_ms"], "ms", digits=3))
     print(_row("decoder layer 0", lay["layer_ms"], "ms", digits=3))
     print(_row("layer / forward", lay["layer_over_forward"], "", digits=4))
-    ver = r["verify"]
-    print(f"verification forward of N tree tokens after {ver['prompt_tokens']} cached ones:")
-    for n, stats in ver["ms"].items():
-        label = f"N = {n} ({ver['relative_to_one'][n]:.2f}x N = 1)"
-        print(_row(label, stats, "ms", digits=3))
+    for key, path in (("verify", "fast path"), ("verify_readable", "readable path")):
+        ver = r[key]
+        print(
+            f"verification forward of N tree tokens after {ver['prompt_tokens']} cached ones "
+            f"({path}):"
+        )
+        for n, stats in ver["ms"].items():
+            label = f"N = {n} ({ver['relative_to_one'][n]:.2f}x N = 1)"
+            print(_row(label, stats, "ms", digits=3))
     print(f"training: batch {tr['batch_size']} x seq {tr['seq_len']}, random tokens, AdamW")
     print(_row("tokens/s", tr["tokens_per_s"], "tok/s", digits=0))
     print(_row("step", tr["step_s"], "s"))
@@ -458,8 +485,16 @@ def run_bench(args) -> dict:
         "decode": measure_decode(
             params, config, prompts, new_tokens=args.new_tokens, repeats=args.repeats
         ),
+        "decode_readable": measure_decode(
+            params, config, prompts, new_tokens=args.new_tokens, repeats=args.repeats, fast=False
+        ),
         "layer": measure_layer_ratio(params, config, prompts[0], repeats=max(5, args.repeats)),
-        "verify": measure_verify_cost(params, config, prompts[0], repeats=max(5, args.repeats)),
+        "verify": measure_verify_cost(
+            params, config, prompts[0], sizes=COST_SIZES, repeats=max(5, args.repeats), fast=True
+        ),
+        "verify_readable": measure_verify_cost(
+            params, config, prompts[0], sizes=COST_SIZES, repeats=max(5, args.repeats)
+        ),
         "training": measure_training(params, config, peak_gflops=matmul["peak_gflops"]),
     }
     results["peak_rss_mb"] = _peak_rss_mb()

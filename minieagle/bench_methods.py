@@ -8,6 +8,11 @@ Reported per method and prompt kind (prose, code):
 - speedup: mean tokens/s of the method / mean tokens/s of vanilla, one ratio per repeat over the
   same prompts, median and [min, max] over repeats;
 - efficiency: speedup / tau;
+- the bound: tau / (verification cost + drafting cost), both per cycle in vanilla steps and
+  measured in the same run: the cost curve forward(N) / forward(1) at each cycle's tree size N
+  (one fast-path forward over N tokens, timed after the methods ran), and the drafter's time
+  per cycle / vanilla's time per token; of_bound = speedup / bound (1.0: the loop's own work
+  costs nothing);
 - at T = 0, the fraction of prompts whose output differs from vanilla's (float32 near-ties; in
   float64 greedy outputs are equal, which the tests check).
 """
@@ -21,6 +26,7 @@ from minieagle.config import LlamaConfig
 from minieagle.errors import InvalidInputError
 from minieagle.generate import emitted_per_forward, generate
 from minieagle.sampling import SamplingParams
+from minieagle.sizing import measure_verify_ms
 
 SETTINGS = {"T=0": SamplingParams(), "T=1": SamplingParams(temperature=1.0)}
 
@@ -45,7 +51,7 @@ def compare_methods(
     if "vanilla" not in methods:
         raise InvalidInputError("methods must include 'vanilla', the baseline of every speedup")
     names = list(methods)
-    results = {}
+    all_runs = {}
     for label, sampling in SETTINGS.items():
         runs = {name: [] for name in names}  # (repeat, kind, prompt index, result)
         for name in names:  # warm-up
@@ -74,11 +80,17 @@ def compare_methods(
                         stop_at_eos=False,
                     )
                     runs[name].append((repeat, kind, index, result))
-        results[label] = _summarise(runs, names, repeats, max_depth, greedy=sampling.greedy)
-    return results
+        all_runs[label] = runs
+    sizes = {n for runs in all_runs.values() for rows in runs.values() for *_, r in rows
+             for n in r.tree_sizes}  # fmt: skip
+    verify_ms = measure_verify_ms(params, config, prompts[0][1], sorted(sizes | {1}))
+    return {
+        label: _summarise(runs, names, repeats, max_depth, SETTINGS[label].greedy, verify_ms)
+        for label, runs in all_runs.items()
+    }
 
 
-def _summarise(runs, names, repeats, max_depth, greedy) -> dict:
+def _summarise(runs, names, repeats, max_depth, greedy, verify_ms) -> dict:
     kinds = sorted({kind for _, kind, _, _ in runs["vanilla"]}) + ["all"]
     summary = {}
     for kind in kinds:
@@ -91,6 +103,9 @@ def _summarise(runs, names, repeats, max_depth, greedy) -> dict:
             return sum(len(r.tokens) for r in chosen) / sum(r.decode_seconds for r in chosen)
 
         base = pick("vanilla")
+        vanilla_ms = (
+            1e3 * sum(r.decode_seconds for *_, r in base) / sum(len(r.tokens) for *_, r in base)
+        )
         summary[kind] = {}
         for name in names:
             rows = pick(name)
@@ -103,6 +118,7 @@ def _summarise(runs, names, repeats, max_depth, greedy) -> dict:
                 "tokens_per_s": _spread([tok_s(rows, rep) for rep in range(repeats)]),
                 "speedup": _spread(speedups),
                 "efficiency": statistics.median(speedups) / tau,
+                **_bound(results, tau, statistics.median(speedups), verify_ms, vanilla_ms),
             }
             if greedy:
                 reference = {(rep, i): res.tokens for rep, _, i, res in base}
@@ -110,6 +126,21 @@ def _summarise(runs, names, repeats, max_depth, greedy) -> dict:
                 entry["differs_from_vanilla"] = sum(differ) / len(differ)
             summary[kind][name] = entry
     return summary
+
+
+def _bound(results, tau: float, speedup: float, verify_ms: dict, vanilla_ms: float) -> dict:
+    """The speedup the costs allow (module docstring) and how much of it was reached."""
+    sizes = [n for r in results for n in r.tree_sizes]
+    verify = statistics.mean(verify_ms[n] / verify_ms[1] for n in sizes)  # vanilla steps
+    draft = 1e3 * sum(r.draft_seconds for r in results) / len(sizes) / vanilla_ms
+    bound = tau / (verify + draft)
+    return {
+        "mean_tree_size": statistics.mean(sizes),
+        "verify_cost": verify,
+        "draft_cost": draft,
+        "bound": bound,
+        "of_bound": speedup / bound,
+    }
 
 
 def _pooled_alpha(results, max_depth: int) -> list[float | None]:
@@ -129,7 +160,8 @@ def format_report(results: dict) -> str:
     """A plain-text table: one row per setting, prompt kind and method."""
     lines = [
         f"{'setting':7} {'prompts':7} {'method':22} {'tau':>5} {'speedup [min..max]':>22} "
-        f"{'effic.':>6}  alpha by depth"
+        f"{'effic.':>6} {'N':>5} {'verify':>6} {'draft':>6} {'bound':>6} {'of b.':>5}  "
+        "alpha by depth"
     ]
     for label, by_kind in results.items():
         for kind, by_method in by_kind.items():
@@ -139,6 +171,8 @@ def format_report(results: dict) -> str:
                 lines.append(
                     f"{label:7} {kind:7} {name:22} {e['tau']:5.2f} "
                     f"{s['median']:6.2f}x [{s['min']:.2f}..{s['max']:.2f}]".ljust(61)
-                    + f" {e['efficiency']:6.2f}  {alpha if name != 'vanilla' else ''}"
+                    + f" {e['efficiency']:6.2f} {e['mean_tree_size']:5.1f} {e['verify_cost']:6.2f}"
+                    f" {e['draft_cost']:6.2f} {e['bound']:6.2f} {e['of_bound']:5.2f}"
+                    f"  {alpha if name != 'vanilla' else ''}"
                 )
     return "\n".join(lines)

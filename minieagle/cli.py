@@ -110,7 +110,7 @@ def _sizer(args, target, config, head, tokenizer):
             )
             chosen[setting] = sizing.auto_size(
                 target, config, params, cfg, vocab, sampling, prompts, identity=identity,
-                **fixed,
+                progress=sys.stderr.isatty(), **fixed,
             )  # fmt: skip
         return chosen[setting]
 
@@ -126,6 +126,9 @@ def _drafter_factory(args, config, target, tokenizer=None):
     from minieagle.checkpoint import check_trained_for, load_checkpoint
     from minieagle.drafters import build_drafter
 
+    from minieagle import inference
+
+    target = inference.prepare(target, config)
     params = target.params
     xp = array_module(params["model.embed_tokens.weight"])  # heads go where the target is
     draft_model = head = None

@@ -14,10 +14,13 @@ A speculative cycle drafts a tree, verifies it in one target forward and emits, 
 - draft(k, d): drafting with top_k = k and depth = d, measured: the catch-up forward, d
   expansion levels of k nodes each, tree building;
 - τ̂(k, d, N) = 1 + the expected number of accepted drafts of the tree EAGLE-2 would build:
-  the N - 1 best candidates (by the drafter's own ranking, raw draft log q) of the pool cut to
-  depth d + 1, each counted with the estimated chance that its whole path is accepted, the
-  product of c(q) along it (c: the calibration map fitted on the same run's records, q's
-  observed acceptance rate; `minieagle.calibration`).
+  the N - 1 best candidates (by the drafter's own ranking, the value V = Π q along the path) of
+  the pool cut to depth d + 1, each counted with g(V), the observed chance that a node of value
+  V lies on the accepted path (an isotonic fit, `minieagle.calibration.fit_calibration`, of
+  every verified node's (V, on the accepted path) in the same runs). Fitting g on whole paths
+  rather than multiplying per-token acceptance rates keeps the correlation along a path: at
+  T = 0 a stretch the head predicts well is accepted token after token, and a product of
+  independent per-token rates would underestimate deep chains.
 
 One calibration run per candidate top_k (`CANDIDATE_TOP_K`) at the deepest depth records every
 cycle's pool and the drafting times; smaller depths and tree sizes are read from those pools, so
@@ -50,8 +53,9 @@ from minieagle.dynamic_tree import Pool, pool_depths, rerank
 from minieagle.errors import InvalidInputError
 from minieagle.kvcache import KVCache
 from minieagle.sampling import SamplingParams
+from minieagle.tree import children
 
-SIZING_VERSION = 1
+SIZING_VERSION = 2
 CANDIDATE_TOP_K = (1, 2, 4, 8)
 MAX_DEPTH = 7  # expansion steps of the calibration runs: trees up to 8 drafts deep
 TOTAL_TOKENS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 26, 32, 40, 48, 64)
@@ -126,6 +130,8 @@ class _TimedDrafter:
         self.inner = drafter
         self.feature_keys = drafter.feature_keys
         self.pools: list[Pool] = []
+        self.path_records: list[tuple[float, bool]] = []  # (value V, on the accepted path)
+        self._last = None  # (tree, values [N]) of the last proposal
         self.propose_ms: list[float] = []
         self.level_ms: list[float] = []
         feed, add = drafter._feed_level, drafter._add_level
@@ -151,19 +157,30 @@ class _TimedDrafter:
         start = time.perf_counter()
         tree = self.inner.propose(root, rng, max_nodes)
         self.propose_ms.append(1e3 * (time.perf_counter() - start))
+        self._last = None
         if self.inner.pool is not None:
-            self.pools.append(self.inner.pool)
+            pool = self.inner.pool
+            self.pools.append(pool)
+            self._last = (tree, np.exp(pool.scores[self.inner.selected]))
         return tree
 
     def accept(self, tokens, features, next_token) -> None:
+        if self._last is not None:
+            tree, values = self._last
+            kids = children(tree)
+            on_path, node = set(), 0
+            for token in tokens[1:]:  # siblings hold distinct tokens
+                node = next(c for c in kids[node] if int(tree.tokens[c]) == int(token))
+                on_path.add(node)
+            self.path_records += [(float(v), i + 1 in on_path) for i, v in enumerate(values)]
         self.inner.accept(tokens, features, next_token)
 
 
 def calibration_run(target, config, head, head_cfg, vocab, prompts, sampling: SamplingParams,
                     top_k: int, *, depth: int = MAX_DEPTH, new_tokens: int = 48, seed: int = 0):  # fmt: skip
     """Decode `prompts` ((kind, ids) pairs) with an `Eagle2Drafter` of this top_k at `depth`,
-    a tree large enough never to cut the expansion. Returns (pools, calibration records,
-    mean propose ms, mean level ms)."""
+    a tree large enough never to cut the expansion. Returns (pools, path records (value,
+    on the accepted path) of every verified node, median propose ms, median level ms)."""
     from minieagle.drafters.eagle2 import Eagle2Drafter
     from minieagle.generate import generate
 
@@ -171,13 +188,14 @@ def calibration_run(target, config, head, head_cfg, vocab, prompts, sampling: Sa
     total = max(top_k + 1, depth + 2, 26)
     for i, (_, ids) in enumerate(prompts):
         drafter = _TimedDrafter(
-            Eagle2Drafter(target, config, head, head_cfg, vocab, depth=depth, top_k=top_k,
-                          total_tokens=total)  # fmt: skip
+            Eagle2Drafter(
+                target, config, head, head_cfg, vocab, depth=depth, top_k=top_k, total_tokens=total
+            )  # fmt: skip
         )
         generate(target, config, ids, drafter=drafter, max_new_tokens=new_tokens,
                  sampling=sampling, seed=seed + i, stop_at_eos=False)  # fmt: skip
         pools += drafter.pools
-        records += drafter.inner.calibration_records
+        records += drafter.path_records
         propose += drafter.propose_ms[1:]  # the first cycle's catch-up reads the whole prompt
         level += drafter.level_ms
     return pools, records, statistics.median(propose), statistics.median(level)
@@ -186,21 +204,17 @@ def calibration_run(target, config, head, head_cfg, vocab, prompts, sampling: Sa
 # ---------------------------------------------------------------------------- the model
 
 
-def expected_accepted(pool: Pool, log_accept: np.ndarray, depth: int, drafts: int) -> float:
+def expected_accepted(pool: Pool, on_path, depth: int, drafts: int) -> float:
     """Expected accepted drafts of the tree the drafter builds from `pool` with `depth`
-    expansion steps and `drafts` = total_tokens - 1: its ranking (raw scores) picks the
-    candidates no deeper than depth + 1; each counts exp(sum of log_accept along its path)."""
+    expansion steps and `drafts` = total_tokens - 1: its ranking (the pool's scores) picks the
+    candidates no deeper than depth + 1; each counts on_path(V), the chance that a node of
+    value V = exp(score) is on the accepted path (a fitted `Calibration`)."""
     depths = pool_depths(pool.parents)
-    keep = np.flatnonzero(depths <= depth + 1)  # a prefix: the pool is built level by level
-    if len(keep) == 0:
+    n = int(np.count_nonzero(depths <= depth + 1))  # a prefix: the pool grows level by level
+    if n == 0:
         return 0.0
-    n = int(keep[-1]) + 1
-    path_log = np.zeros(n)
-    for i in range(n):  # parents precede children
-        parent = pool.parents[i]
-        path_log[i] = log_accept[i] + (path_log[parent] if parent >= 0 else 0.0)
     chosen = rerank(pool.scores[:n], pool.parents[:n], drafts)
-    return float(np.exp(path_log[chosen]).sum())
+    return float(on_path(np.exp(pool.scores[chosen])).sum())
 
 
 def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *,
@@ -248,7 +262,7 @@ def measure_sizing(target, config, head, head_cfg, vocab, prompts, sampling: Sam
         bar.update(1)
     bar.close()
     records = [r for run in runs.values() for r in run[1]]
-    calibration = fit_calibration(records, setting=setting_name(sampling))
+    on_path = fit_calibration(records, setting=setting_name(sampling))  # g(V)
     draft_ms, tau = {}, {}
     for k, (pools, _, propose_ms, level_ms) in runs.items():
         for d in range(1, max_depth + 1):
@@ -256,10 +270,7 @@ def measure_sizing(target, config, head, head_cfg, vocab, prompts, sampling: Sam
             for n in sizes:
                 if n < 2 or k > n - 1:
                     continue
-                accepted = [
-                    expected_accepted(pool, calibration.log_acceptance(pool.log_q), d, n - 1)
-                    for pool in pools
-                ]
+                accepted = [expected_accepted(pool, on_path, d, n - 1) for pool in pools]
                 tau[k, d, n] = 1.0 + float(np.mean(accepted))
     return {
         "verify_ms": verify_ms,
@@ -275,7 +286,9 @@ def sizing_from(measured: dict, setting: str, **fixed) -> Sizing:
     """The `Sizing` the measurements pick (fixed: top_k / depth / total_tokens the user set)."""
     verify_ms, loop_ms = measured["verify_ms"], measured["loop_ms"]
     k, d, n, t, speed = choose(verify_ms, loop_ms, measured["draft_ms"], measured["tau"], **fixed)
-    chain_tau = {key: v for key, v in measured["tau"].items() if key[0] == 1 and key[2] == key[1] + 2}
+    chain_tau = {
+        key: v for key, v in measured["tau"].items() if key[0] == 1 and key[2] == key[1] + 2
+    }
     _, cd, _, ct, cs = choose(verify_ms, loop_ms, measured["draft_ms"], chain_tau)
     costs = {
         "verify_ms": {str(n): v for n, v in verify_ms.items()},
@@ -323,8 +336,11 @@ def auto_size(target, config, head, head_cfg, vocab, sampling: SamplingParams, p
     prompts: (kind, ids) calibration prompts, never the ones a benchmark reports on."""
     target = inference.prepare(target, config)
     setting = setting_name(sampling)
+    candidates = tuple(sorted({*CANDIDATE_TOP_K, fixed.get("top_k") or CANDIDATE_TOP_K[0]}))
+    max_depth = max(MAX_DEPTH, fixed.get("depth") or 0)  # a user's deeper depth is measured too
     key = hashlib.sha256(
-        f"{SIZING_VERSION}|{machine_key(target.embed)}|{identity}|{setting}".encode()
+        f"{SIZING_VERSION}|{machine_key(target.embed)}|{identity}|{setting}|{candidates}|"
+        f"{max_depth}".encode()
     ).hexdigest()[:20]
     path = cache_dir() / f"{key}.json"
     measured = None
@@ -335,6 +351,7 @@ def auto_size(target, config, head, head_cfg, vocab, sampling: SamplingParams, p
             measured = None  # unreadable or from another version: measure again
     if measured is None:
         measured = measure_sizing(target, config, head, head_cfg, vocab, prompts, sampling,
+                                  candidate_top_k=candidates, max_depth=max_depth,
                                   progress=progress)  # fmt: skip
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp")

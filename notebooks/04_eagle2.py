@@ -11,20 +11,24 @@
 # claim on held-out text, and check that greedy EAGLE-2 is the target's greedy output.
 
 # %%
+import json
 import os
+from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-from minieagle import model
+from minieagle import inference, model, sizing
 from minieagle import tree as trees
 from minieagle.bench import heldout_prompts
+from minieagle.calibration import training_prompts
 from minieagle.checkpoint import load_checkpoint
 from minieagle.cli import DEFAULT_MODEL, PRETRAINED
 from minieagle.drafters.eagle1 import Eagle1Drafter
 from minieagle.drafters.eagle2 import DEFAULT_DEPTH, DEFAULT_TOP_K, Eagle2Drafter
 from minieagle.dynamic_tree import calibration_table, pool_depths
-from minieagle.generate import generate
+from minieagle.errors import InvalidInputError
+from minieagle.generate import emitted_per_forward, generate
 from minieagle.kvcache import KVCache
 from minieagle.plotting import draw_tree
 from minieagle.sampling import SamplingParams, SeededRandomness, target_distribution
@@ -229,3 +233,188 @@ for (corpus, ids), result in zip(prompts, eagle2["T = 0"], strict=True):
     assert result.tokens == vanilla.tokens
     forwards = f"vanilla {vanilla.target_forwards}, EAGLE-2 {result.target_forwards}"
     print(f"{corpus:5}: the same {len(vanilla.tokens)} tokens; target forwards: {forwards}")
+
+# %% [markdown]
+# ## 7. Sizing the tree for this machine
+#
+# A cycle drafts with top_k k and depth d, verifies N tree tokens in one target forward and
+# emits τ̂ tokens on average; against vanilla decoding (one `step` = verify(1) + loop a token),
+# `speedup(k, d, N) = τ̂ · step / (verify(N) + loop + draft(k, d))` (`minieagle.sizing`).
+# verify(N) is the measured cost curve, loop the speculative loop's own work per cycle, draft(k, d)
+# the measured drafting time; τ̂ is 1 + the expected accepted drafts of the tree EAGLE-2 would
+# build, each node counted with the calibrated (§5) chance that its whole path is accepted. More
+# nodes raise τ̂ with diminishing returns. On a CPU a forward over N rows costs more as N grows,
+# so the best N is small; on a GPU the cost curve is flat, extra nodes are nearly free, N is large.
+
+# %%
+params32, _, _ = load_checkpoint(target_dir, with_tokenizer=False)  # float32: decoding's dtype
+head32 = {k: v.astype(np.float32) for k, v in head.items()}  # the shipped head or the stand-in
+target = inference.prepare(params32, config)  # the fast path's weight layout, prepared once
+TOP_KS, MAX_DEPTH = ((1, 4), 4) if FAST else ((1, 2, 4, 8), 7)
+calibration_prompts = (training_prompts(tokenizer, "prose", 1 if FAST else 2)
+                       + training_prompts(tokenizer, "code", 1 if FAST else 2))  # fmt: skip
+measured = sizing.measure_sizing(
+    target, config, head32, head_cfg, None, calibration_prompts, GREEDY,
+    candidate_top_k=TOP_KS, max_depth=MAX_DEPTH,
+    sizes=(2, 4, 8, 16, 26) if FAST else sizing.TOTAL_TOKENS, new_tokens=24 if FAST else 48,
+)  # fmt: skip
+auto = sizing.sizing_from(measured, "T=0")
+print(auto.describe())
+verify_ms, loop_ms, draft_ms, tau_hat = (measured[key] for key in
+                                         ("verify_ms", "loop_ms", "draft_ms", "tau"))  # fmt: skip
+step = verify_ms[1] + loop_ms  # one vanilla step, ms
+print(f"one vanilla step: {step:.2f} ms = verify(1) {verify_ms[1]:.2f} + loop {loop_ms:.2f}; "
+      f"{measured['calibration_records']} calibration records, "
+      f"{sum(measured['cycles'].values())} drafting cycles")  # fmt: skip
+
+
+def predicted(k, d, n):  # the model's speedup over vanilla of one measured configuration
+    return tau_hat[k, d, n] * step / (verify_ms[n] + loop_ms + draft_ms[k, d])
+
+
+ranking = sorted(tau_hat, key=lambda kdn: -predicted(*kdn))  # stable: ties as `choose` breaks them
+assert ranking[0] == (auto.top_k, auto.depth, auto.total_tokens)
+print(" k  d   N  tau_hat  verify(N)   draft(k,d)  predicted speedup")
+for k, d, n in ranking[:6]:
+    print(f"{k:2} {d:2} {n:3}  {tau_hat[k, d, n]:7.2f}  {verify_ms[n]:6.2f} ms  "
+          f"{draft_ms[k, d]:6.2f} ms  {predicted(k, d, n):6.2f}x")  # fmt: skip
+
+# %% [markdown]
+# The first line is the choice: the (top_k, depth, total_tokens) of the highest predicted speedup
+# among the measured candidates (a smaller grid in FAST mode), and the best EAGLE-1 chain length.
+# The table lists the runners-up; where their predicted speedups sit within a few percent of the
+# winner's, the choice between them is finer than the timing noise, and any of them would do. A
+# best predicted speedup below 1 would mean that, for this head on this machine, drafting does not
+# pay at all.
+
+# %%
+gpu_path = Path("../docs/results/gpu/gpu-cost.json")  # `minieagle.bench.measure_cost_curve`
+gpu_curve = json.loads(gpu_path.read_text())["verify"]["relative_to_one"]  # {"N": ratio}
+gpu_curve = {int(n): ratio for n, ratio in gpu_curve.items()}  # {N: verify(N) / verify(1)}
+sizes = sorted(verify_ms)  # [1, ...] the N measured on this machine
+wide = (max(TOP_KS), min(5, MAX_DEPTH))  # the widest measured top_k at the paper's depth
+fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
+ax = axes[0]
+ax.plot(sizes, [verify_ms[n] / verify_ms[1] for n in sizes], "o-",
+        label=f"this CPU, NumPy ({os.cpu_count()} cores)")  # fmt: skip
+ax.plot(sorted(gpu_curve), [gpu_curve[n] for n in sorted(gpu_curve)], "s-",
+        label="H200, CuPy (docs/results/gpu)")  # fmt: skip
+ax.set_xscale("log", base=2)
+ax.set_xticks([1, 2, 4, 8, 16, 32, 64], ["1", "2", "4", "8", "16", "32", "64"])
+ax.set_xlabel("N: tokens in one target forward")
+ax.set_ylabel("verify(N) / verify(1)")
+ax.set_title("(a) the cost curve")
+ax.legend(fontsize=8)
+ax = axes[1]
+for k in TOP_KS:
+    depths = range(1, MAX_DEPTH + 1)
+    ax.plot(depths, [draft_ms[k, d] / step for d in depths], "o-", label=f"top_k = {k}")
+ax.set_xticks(range(1, MAX_DEPTH + 1))
+ax.set_xlabel("depth d (expansion steps)")
+ax.set_ylabel("draft(k, d) in vanilla steps")
+ax.set_title("(b) drafting cost")
+ax.legend(fontsize=8)
+ax = axes[2]
+lines = {(auto.top_k, auto.depth): "chosen"}
+lines.setdefault(wide, "widest top_k measured")  # nothing new when the choice is `wide` itself
+for (k, d), what in lines.items():
+    ns = [n for n in sizes if (k, d, n) in tau_hat]
+    ax.plot(ns, [predicted(k, d, n) for n in ns], "o-", label=f"k = {k}, d = {d} ({what})")
+ax.plot([auto.total_tokens], [auto.expected_speedup], "*", ms=15, color="tab:red",
+        label=f"chosen N = {auto.total_tokens}")  # fmt: skip
+ax.axhline(1.0, color="grey", ls="--", label="vanilla decoding")
+ax.set_xscale("log", base=2)
+ticks = sorted({n for n in (2, 4, 8, 16, 32, 64) if n <= max(sizes)} | {max(sizes)})
+ax.set_xticks(ticks, [str(n) for n in ticks])
+ax.set_xlabel("N: total_tokens (root included)")
+ax.set_ylabel("predicted speedup over vanilla")
+ax.set_title("(c) the model's prediction")
+ax.legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+n_cmp = max(n for n in sizes if n in gpu_curve)  # the largest N both machines measured
+print(f"verify({n_cmp}) / verify(1): this CPU {verify_ms[n_cmp] / verify_ms[1]:.2f}, "
+      f"H200 {gpu_curve[n_cmp]:.2f}; H200 over all its N: "
+      f"{min(gpu_curve.values()):.2f} to {max(gpu_curve.values()):.2f}")  # fmt: skip
+print(f"drafting at the chosen k = {auto.top_k}, d = {auto.depth}: "
+      f"{draft_ms[auto.top_k, auto.depth] / step:.2f} vanilla steps; at k = {wide[0]}, "
+      f"d = {wide[1]}: {draft_ms[wide] / step:.2f}")  # fmt: skip
+
+# %% [markdown]
+# (a) The printed ratios say how much one forward over N tokens costs against one token on each
+# machine. The H200 numbers are medians of a few runs of a 2.6 M-parameter model, far too small
+# to fill the GPU: a forward's time is mostly per-call overhead (kernel launches), not
+# arithmetic, and the printed range shows how far its curve strays from 1. The flatter the curve,
+# the more nodes a cycle can verify before their cost eats the extra τ̂: the best N depends on the
+# machine. (b) Each depth adds one head forward over k frontier nodes; the lines are straight by
+# construction (a smaller depth's time is the deepest run's drafting time less the measured time
+# of the levels it skips). (c) A curve rises while the τ̂ that more nodes buy outgrows their
+# verification cost; where it peaks inside the measured N lies the model's best size for that
+# (k, d); the star is the overall choice.
+
+# %%
+held_out = heldout_prompts(tokenizer, per_corpus=1 if FAST else 3)  # the prompts judged on
+candidates = {  # name -> (top_k, depth, total_tokens), None: vanilla
+    "vanilla": None,
+    f"auto (k={auto.top_k}, d={auto.depth}, N={auto.total_tokens})":
+        (auto.top_k, auto.depth, auto.total_tokens),
+    "fixed (k=8, d=5, N=26)": (8, 5, 26),
+}  # fmt: skip
+
+
+def run_once(kdn, ids):
+    drafter = None if kdn is None else Eagle2Drafter(
+        target, config, head32, head_cfg, top_k=kdn[0], depth=kdn[1], total_tokens=kdn[2]
+    )  # fmt: skip
+    return generate(target, config, ids, drafter=drafter, max_new_tokens=n_new)
+
+
+for kdn in candidates.values():  # warm-up, not counted
+    run_once(kdn, held_out[0][1])
+timed = {name: [] for name in candidates}  # name -> per repeat, one result per prompt
+for _ in range(2):  # repeats interleaved, so that a slow spell of the machine hits all three
+    for name, kdn in candidates.items():
+        timed[name].append([run_once(kdn, ids) for _, ids in held_out])
+
+
+def tokens_per_s(results):
+    return sum(len(r.tokens) for r in results) / sum(r.decode_seconds for r in results)
+
+
+everything = {name: [r for repeat in runs for r in repeat] for name, runs in timed.items()}
+speedup = {name: tokens_per_s(everything[name]) / tokens_per_s(everything["vanilla"])
+           for name in candidates}  # fmt: skip
+per_repeat = {name: [tokens_per_s(mine) / tokens_per_s(base)
+                     for mine, base in zip(runs, timed["vanilla"], strict=True)]
+              for name, runs in timed.items()}  # fmt: skip
+print(f"{'':30}  tau  tau_hat  measured speedup (repeat 1, 2)  predicted speedup")
+for name, kdn in candidates.items():
+    tau, expected = emitted_per_forward(everything[name]), "1.00x"
+    model_tau = "     "
+    if kdn is not None:
+        try:
+            *_, t_hat, speed = sizing.choose(verify_ms, loop_ms, draft_ms, tau_hat, top_k=kdn[0],
+                                             depth=kdn[1], total_tokens=kdn[2])  # fmt: skip
+            expected, model_tau = f"{speed:.2f}x", f"{t_hat:5.2f}"
+        except InvalidInputError:
+            expected = "not measured"
+    repeats = ", ".join(f"{x:.2f}" for x in per_repeat[name])
+    print(f"{name:30} {tau:5.2f}  {model_tau}    {speedup[name]:5.2f}x ({repeats})"
+          f"{'':13}{expected}")  # fmt: skip
+auto_name, fixed_name = list(candidates)[1:]
+faster = speedup[auto_name] > speedup[fixed_name]
+agree = all((a > f) == faster for a, f in zip(per_repeat[auto_name], per_repeat[fixed_name],
+                                             strict=True))  # fmt: skip
+verdict = "in both repeats" if agree else "but not in both repeats: within the noise"
+print(f"the auto-sized drafter was {'faster' if faster else 'not faster'} than the fixed "
+      f"26-node one: {speedup[auto_name]:.2f}x vs {speedup[fixed_name]:.2f}x over vanilla "
+      f"({verdict})")  # fmt: skip
+
+# %% [markdown]
+# τ is what the held-out prompts measured, τ̂ what the model expected from the calibration runs
+# on training prompts; τ̂ is an estimate (a fitted calibration map, pools from other text), so the
+# two differ by however much these prompts differ from those. Timing on a shared machine is noisy
+# too: the two repeats show how far one measured speedup moves between runs, and a comparison
+# that flips between repeats says nothing. The last line says, from this run's numbers, whether
+# sizing for this machine beat the paper's fixed 26-node tree. "not measured": that configuration
+# was outside the candidates searched (FAST mode searches top_k ≤ 4, depth ≤ 4).

@@ -66,6 +66,7 @@ from minieagle.dynamic_tree import (
 )
 from minieagle.errors import InvalidInputError
 from minieagle.sampling import Randomness, SamplingParams, top_k_indices
+from minieagle.sizing import TOTAL_TOKENS
 from minieagle.tree import Tree, children
 
 DEFAULT_DEPTH = 5
@@ -116,6 +117,12 @@ class Eagle2Drafter(HeadDrafter):
                                          ("total_tokens", total_tokens, 2)):  # fmt: skip
                 if value is not None:
                     _check_positive(name, value, minimum, "a size, or None to let sizing choose")
+            largest = total_tokens or max(TOTAL_TOKENS)
+            if top_k is not None and top_k > largest - 1:
+                raise InvalidInputError(
+                    f"top_k={top_k} exceeds total_tokens - 1 = {largest - 1}, the largest tree "
+                    "auto sizing considers; pass a smaller top_k or a fixed total_tokens"
+                )
         if calibration is not None and not isinstance(calibration, Calibration):
             raise InvalidInputError(
                 f"calibration is a {type(calibration).__name__}; pass a "
