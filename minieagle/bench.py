@@ -254,9 +254,8 @@ def measure_verify_cost(
 
     On a GPU LLM a decoding step is memory-bound and N tokens cost about as much as one; here the
     ratio shows how far that holds for a small model on a CPU."""
-    from minieagle import tree as trees
-
     from minieagle import inference
+    from minieagle import tree as trees
 
     if fast:
         target = inference.prepare(params, config)

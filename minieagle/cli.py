@@ -122,11 +122,10 @@ def _drafter_factory(args, config, target, tokenizer=None):
     target's prepared view (`_load`; EAGLE heads read its embedding and LM head). Validates
     everything first, and warns when a head or draft model records another target than
     args.model. tokenizer: for automatic sizing (--total-tokens auto, --tree auto)."""
+    from minieagle import inference
     from minieagle.backend import array_module, put
     from minieagle.checkpoint import check_trained_for, load_checkpoint
     from minieagle.drafters import build_drafter
-
-    from minieagle import inference
 
     target = inference.prepare(target, config)
     params = target.params

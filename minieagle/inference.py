@@ -15,8 +15,9 @@ inference-prepared view derived from those parameters once (`prepare`):
 
 Training and checkpoints keep the HF layout. The view is derived once: the transposed and fused
 weights are copies, while arrays that need no new layout (the embedding, the norm weights) are
-shared with `params`; so after changing any parameter, prepare again. Every function takes its array module from its inputs, so the
-path runs on NumPy, CuPy and the array-api-strict test lane alike. `tests/test_inference.py`
+shared with `params`; so after changing any parameter, prepare again. Every function takes its
+array module from its inputs, so the path runs on NumPy, CuPy and the array-api-strict test
+lane alike. `tests/test_inference.py`
 checks it against `model.forward` (float64, to 1e-12) on prompts, decoded tokens and draft trees.
 """
 

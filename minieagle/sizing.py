@@ -176,8 +176,20 @@ class _TimedDrafter:
         self.inner.accept(tokens, features, next_token)
 
 
-def calibration_run(target, config, head, head_cfg, vocab, prompts, sampling: SamplingParams,
-                    top_k: int, *, depth: int = MAX_DEPTH, new_tokens: int = 48, seed: int = 0):  # fmt: skip
+def calibration_run(
+    target,
+    config,
+    head,
+    head_cfg,
+    vocab,
+    prompts,
+    sampling: SamplingParams,
+    top_k: int,
+    *,
+    depth: int = MAX_DEPTH,
+    new_tokens: int = 48,
+    seed: int = 0,
+):
     """Decode `prompts` ((kind, ids) pairs) with an `Eagle2Drafter` of this top_k at `depth`,
     a tree large enough never to cut the expansion. Returns (pools, path records (value,
     on the accepted path) of every verified node, median propose ms, median level ms)."""
@@ -239,9 +251,21 @@ def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *,
     return best
 
 
-def measure_sizing(target, config, head, head_cfg, vocab, prompts, sampling: SamplingParams, *,
-                   candidate_top_k=CANDIDATE_TOP_K, max_depth: int = MAX_DEPTH,
-                   sizes=TOTAL_TOKENS, new_tokens: int = 48, progress: bool = False) -> dict:  # fmt: skip
+def measure_sizing(
+    target,
+    config,
+    head,
+    head_cfg,
+    vocab,
+    prompts,
+    sampling: SamplingParams,
+    *,
+    candidate_top_k=CANDIDATE_TOP_K,
+    max_depth: int = MAX_DEPTH,
+    sizes=TOTAL_TOKENS,
+    new_tokens: int = 48,
+    progress: bool = False,
+) -> dict:
     """Every measurement the choice needs, as plain JSON-ready data: verify ms by N, the loop
     overhead, draft ms by (k, d), and τ̂ by (k, d, N) from one calibration run per top_k."""
     from minieagle.bench import measure_decode
@@ -312,8 +336,14 @@ def machine_key(like) -> str:
     from minieagle.backend import array_module
 
     xp = array_module(like)
-    parts = [platform.machine(), platform.processor() or _cpu_name(), xp.__name__,
-             np.__version__, os.environ.get("OPENBLAS_NUM_THREADS", ""), str(os.cpu_count())]  # fmt: skip
+    parts = [
+        platform.machine(),
+        platform.processor() or _cpu_name(),
+        xp.__name__,
+        np.__version__,
+        os.environ.get("OPENBLAS_NUM_THREADS", ""),
+        str(os.cpu_count()),
+    ]
     if xp.__name__ == "cupy":
         parts.append(xp.cuda.runtime.getDeviceProperties(0)["name"].decode())
     return "|".join(parts)
