@@ -71,6 +71,21 @@ def top_children(log_q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return order, np.take_along_axis(log_q, order, axis=-1)
 
 
+def top_children_of_logits(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """`top_children(log_softmax(logits), k)` without the full log-softmax: the ranking needs
+    only the logits, and log q only at the k chosen entries (the same formula, max-shifted
+    logit minus the log-sum-exp of its row, computed in the logits' dtype). logits: [F, V]
+    host -> (tokens int [F, k'], log q float64 [F, k'])."""
+    logits = np.asarray(logits)
+    if not np.issubdtype(logits.dtype, np.floating):
+        logits = logits.astype(np.float64)
+    order = top_k_rows(logits, k)  # [F, k'], the order log-softmax keeps
+    top = logits.max(axis=-1, keepdims=True)  # [F, 1]
+    log_sum = np.log(np.exp(logits - top).sum(axis=-1, keepdims=True))  # [F, 1]
+    picked = np.take_along_axis(logits, order, axis=-1) - top  # [F, k']
+    return order, (picked - log_sum).astype(np.float64)
+
+
 def add_children(
     pool: Pool, expanded, tokens: np.ndarray, log_q: np.ndarray, log_accept=None
 ) -> Pool:
@@ -112,11 +127,17 @@ def next_frontier(pool: Pool, start: int, k: int) -> np.ndarray:
 
 
 def pool_depths(parents: np.ndarray) -> np.ndarray:
-    """int [M]: 1 for a child of the root, parent's depth + 1 otherwise (parents precede)."""
+    """int [M]: 1 for a child of the root, parent's depth + 1 otherwise (parents precede).
+    One vectorised pass per level: after pass j every node at depth <= j is right."""
+    parents = np.asarray(parents, dtype=np.int64)
+    has_parent = parents >= 0
+    safe = np.where(has_parent, parents, 0)
     depth = np.ones(len(parents), dtype=np.int64)
-    for i, parent in enumerate(parents):
-        if parent >= 0:
-            depth[i] = depth[parent] + 1
+    for _ in range(len(parents)):
+        deeper = np.where(has_parent, depth[safe] + 1, 1)
+        if (deeper == depth).all():
+            break
+        depth = deeper
     return depth
 
 
@@ -155,6 +176,11 @@ def rerank(scores: np.ndarray, parents: np.ndarray, count: int) -> np.ndarray:
     depth = pool_depths(parents)
     ranked = np.lexsort((np.arange(len(scores)), depth, -scores))  # best first
     chosen = np.zeros(len(scores), dtype=bool)
+    top = ranked[:count]
+    chosen[top] = True
+    if np.all((parents[top] < 0) | chosen[np.maximum(parents[top], 0)]):
+        return top[np.lexsort((top, depth[top]))]  # the argument above: already a tree
+    chosen[:] = False
     taken = 0
     while taken < count:
         before = taken

@@ -198,7 +198,11 @@ def generate(
     prompt_ids = [int(t) for t in prompt_ids]
     if fast:
         target = inference.prepare(params, config)
-        params, target_forward = target.params, target.forward
+        params = target.params
+
+        def target_forward(ids, **kwargs):
+            return target.forward(ids, lazy_logits=True, **kwargs)
+
     else:
         params = params.params if isinstance(params, inference.PreparedTarget) else params
 

@@ -64,6 +64,19 @@ def prepare_layer(params: dict, prefix: str) -> PreparedLayer:
     )
 
 
+ROWS_FOR_TRANSPOSED_PRODUCT = 8
+
+
+def linear(x, weight):
+    """x [T, in] @ weight [in, out] -> [T, out]. From 8 rows on, computed as (weight.T @ x.T).T
+    (views, no copy): OpenBLAS then takes a kernel that was 1.0-1.9 times faster for 8-64 rows
+    of our shapes on the reference CPU (docs/speed.md); below 8 rows the direct product is as
+    fast. The values are the same product, summed in another order."""
+    if x.shape[0] < ROWS_FOR_TRANSPOSED_PRODUCT:
+        return x @ weight
+    return (weight.T @ x.T).T
+
+
 class RopeTable:
     """RoPE's cos and sin rows [P, hd] for positions 0 .. P - 1, in the dtype of `like`: row p
     holds the values `layers.rope_tables` computes for position p. P grows (doubling, at most
@@ -138,18 +151,18 @@ def layer_forward(layer: PreparedLayer, config: LlamaConfig, n, residual, cos, s
     o = ops(n)
     T = n.shape[0]
     H, Hkv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
-    qkv = o.reshape(n @ layer.qkv, (T, H + 2 * Hkv, hd))  # [T, d_in] -> [T, H + 2 Hkv, hd]
+    qkv = o.reshape(linear(n, layer.qkv), (T, H + 2 * Hkv, hd))  # [T, d_in] -> [T, H + 2 Hkv, hd]
     qk = rotate(qkv[:, : H + Hkv, :], cos, sin)  # [T, H + Hkv, hd]
     k = o.permute_dims(qk[:, H:, :], (1, 0, 2))[None, ...]  # [1, Hkv, T, hd]
     v = o.permute_dims(qkv[:, H + Hkv :, :], (1, 0, 2))[None, ...]
     keys, values = cache.append(index, k, v)  # [1, Hkv, S, hd]
     a = attention(qk[:, :H, :], keys[0, ...], values[0, ...], bias, H // Hkv)  # [T, H hd]
-    h = residual + a @ layer.o  # [T, d]
+    h = residual + linear(a, layer.o)  # [T, d]
     m = rms_norm(h, layer.post_norm, config.rms_norm_eps)
-    gate_up = m @ layer.gate_up  # [T, 2 I]
+    gate_up = linear(m, layer.gate_up)  # [T, 2 I]
     inter = gate_up.shape[-1] // 2
     gate, up = gate_up[:, :inter], gate_up[:, inter:]
-    return h + (gate / (1.0 + o.xp.exp(-gate)) * up) @ layer.down  # [T, d]
+    return h + linear(gate / (1.0 + o.xp.exp(-gate)) * up, layer.down)  # [T, d]
 
 
 def placement(config: LlamaConfig, rope: RopeTable, new: int, past: int, position_ids,
@@ -196,11 +209,13 @@ class PreparedTarget:
         self.rope = RopeTable(config, embed)
 
     def forward(self, input_ids, *, position_ids=None, attention_mask=None, cache,
-                output_hidden=()):  # fmt: skip
+                output_hidden=(), lazy_logits: bool = False):  # fmt: skip
         """input_ids int [T]; position_ids int [T] (default cache.length + arange(T));
         attention_mask bool [T, cache.length + T] (default causal); cache a batch-1 KVCache the
         new keys and values are appended to; output_hidden as in `model.forward`.
-        Returns (logits [T, V], hidden {key: [T, d]}), as `model.forward` without a batch axis."""
+        Returns (logits [T, V], hidden {key: [T, d]}), as `model.forward` without a batch axis.
+        lazy_logits: logits as `LazyLogits`, each row computed when first read (verification
+        reads only the rows along the accepted path, a few of a tree's N)."""
         config, embed = self.config, self.embed
         if input_ids.ndim != 1:
             raise InvalidInputError(
@@ -227,7 +242,26 @@ class PreparedTarget:
         final = rms_norm(x, self.norm, eps)  # [T, d]
         if "final" in output_hidden:
             hidden["final"] = final
-        return final @ self.lm_head, hidden  # [T, V]
+        if lazy_logits:
+            return LazyLogits(final, self.lm_head), hidden
+        return linear(final, self.lm_head), hidden  # [T, V]
+
+
+class LazyLogits:
+    """Logits [T, V] = final [T, d] @ lm_head [d, V], one row computed when it is first read
+    (`logits[i]` -> [V]); `len` is T. The LM head over a 26-node tree is a [26, d] x [d, V]
+    product, while verification reads the rows of the accepted path only."""
+
+    def __init__(self, final, lm_head):
+        self.final, self.lm_head, self.rows = final, lm_head, {}
+
+    def __len__(self) -> int:
+        return self.final.shape[0]
+
+    def __getitem__(self, i: int):
+        if i not in self.rows:
+            self.rows[i] = (self.final[i : i + 1, :] @ self.lm_head)[0, ...]  # [V]
+        return self.rows[i]
 
 
 def prepare(params, config: LlamaConfig) -> PreparedTarget:
@@ -262,8 +296,10 @@ class PreparedEagle1Head:
         self.layer = prepare_layer(head, LAYER_PREFIX)
         self.rope = RopeTable(cfg.layer, self.fc)
 
-    def forward(self, tokens, features, cache, *, position_ids=None, attention_mask=None):
-        """tokens int [T], features [T, d] -> (f̂ [T, d], logits [T, V]), appended to cache."""
+    def forward(self, tokens, features, cache, *, position_ids=None, attention_mask=None,
+                last_only: bool = False):  # fmt: skip
+        """tokens int [T], features [T, d] -> (f̂ [T, d], logits [T, V]; [1, V] for the last
+        position only when last_only), appended to cache."""
         xp = array_module(self.fc)
         streams = []
         if self.cfg.inputs != "feature":
@@ -271,7 +307,7 @@ class PreparedEagle1Head:
         if self.cfg.inputs != "token":
             streams.append(features)  # [T, d]
         fc_input = xp.concat(streams, axis=-1) if len(streams) == 2 else streams[0]
-        x = fc_input @ self.fc  # [T, fc_in] -> [T, d]
+        x = linear(fc_input, self.fc)  # [T, fc_in] -> [T, d]
         if self.fc_bias is not None:
             x = x + self.fc_bias
         layer, config = self.layer, self.cfg.layer
@@ -279,7 +315,8 @@ class PreparedEagle1Head:
                                    position_ids, attention_mask)  # fmt: skip
         n = x if layer.input_norm is None else rms_norm(x, layer.input_norm, config.rms_norm_eps)
         predicted = layer_forward(layer, config, n, x, cos, sin, bias, cache, 0)  # [T, d]
-        return predicted, predicted @ self.lm_head  # [T, V]
+        read = predicted[-1:, :] if last_only else predicted
+        return predicted, linear(read, self.lm_head)  # [T or 1, V]
 
 
 class PreparedEagle3Head:
@@ -301,17 +338,19 @@ class PreparedEagle3Head:
         self.rope = RopeTable(cfg.layer, self.fc)
 
     def forward(self, tokens, features, cache, *, target_features: bool, position_ids=None,
-                attention_mask=None):  # fmt: skip
+                attention_mask=None, last_only: bool = False):  # fmt: skip
         """tokens int [T]; features [T, k d] (target_features) or [T, d] (the head's own) ->
-        (a [T, d], draft logits [T, N]), appended to cache."""
+        (a [T, d], draft logits [T, N]; [1, N] for the last position only when last_only),
+        appended to cache."""
         xp = array_module(self.fc)
         config = self.cfg.layer
         eps = config.rms_norm_eps
-        hidden = features @ self.fc if target_features else features  # [T, d]
+        hidden = linear(features, self.fc) if target_features else features  # [T, d]
         embedded = xp.take(self.embed, tokens, axis=0)  # [T, d]
         n = xp.concat([rms_norm(embedded, self.layer.input_norm, eps),
                        rms_norm(hidden, self.hidden_norm, eps)], axis=-1)  # fmt: skip  # [T, 2d]
         cos, sin, bias = placement(config, self.rope, hidden.shape[0], cache.length,
                                    position_ids, attention_mask)  # fmt: skip
         out = layer_forward(self.layer, config, n, hidden, cos, sin, bias, cache, 0)  # [T, d]
-        return out, rms_norm(out, self.norm, eps) @ self.lm_head  # [T, N]
+        read = out[-1:, :] if last_only else out
+        return out, linear(rms_norm(read, self.norm, eps), self.lm_head)  # [T or 1, N]

@@ -98,6 +98,9 @@ class KVCache:
                 f"indices={indices} reach outside the {self.length - start} positions "
                 f"appended since start={start}"
             )
+        if indices == list(range(len(indices))):  # a prefix stays where it is (vanilla, chains)
+            self.length = start + len(indices)
+            return
         xp = array_module(self.keys[0])
         src = to_device([start + i for i in indices], like=self.keys[0], dtype=xp.int64)  # [n]
         for buffers in (self.keys, self.values):

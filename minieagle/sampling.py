@@ -205,7 +205,7 @@ def top_k_rows(values: np.ndarray, k: int) -> np.ndarray:
     above = values >= kth[:, None]  # [F, V]: exactly k per row unless the k-th value is tied
     if not (above.sum(axis=-1) == k).all():
         return np.stack([top_k_indices(row, k) for row in values])
-    ids = np.nonzero(above)[1].reshape(F, k)  # [F, k] ascending ids
+    ids = np.flatnonzero(above).reshape(F, k) % V  # [F, k] ascending ids (1-D nonzero is fast)
     order = np.argsort(-np.take_along_axis(values, ids, axis=-1), axis=-1, kind="stable")
     return np.take_along_axis(ids, order, axis=-1)  # largest first, lowest id on ties
 

@@ -526,3 +526,41 @@ def test_the_drafter_runs_on_a_device_and_agrees_with_numpy():
     (*host_trees, host_logits), (*device_trees, device_logits) = runs
     assert host_trees == device_trees
     np.testing.assert_allclose(device_logits, host_logits, rtol=0, atol=TOLERANCE)
+
+
+@settings(deadline=None, max_examples=100)
+@given(
+    st.integers(1, 5).flatmap(
+        lambda f: st.lists(
+            st.lists(st.integers(-4, 4).map(float) | st.floats(-6, 6), min_size=7, max_size=7),
+            min_size=f,
+            max_size=f,
+        )
+    ),
+    st.integers(1, 9),
+)
+def test_top_children_of_logits_equals_top_children_of_the_log_softmax(rows, k):
+    """The expansion's shortcut (log q only at the chosen entries) ranks by the logits
+    themselves (a stable sort: most likely first, the lowest id on ties; the log-softmax can
+    round values 1e-115 apart into a tie, the logits do not) and gives the log q the whole
+    log-softmax has at those tokens."""
+    logits = np.asarray(rows)
+    tokens, log_q = dt.top_children_of_logits(logits, k)
+    want_tokens = np.argsort(-logits, axis=-1, kind="stable")[:, :k]
+    assert tokens.tolist() == want_tokens.tolist()
+    want_log_q = np.take_along_axis(dt.log_softmax(logits), want_tokens, axis=-1)
+    np.testing.assert_allclose(log_q, want_log_q, rtol=0, atol=1e-12)
+
+
+@settings(deadline=None, max_examples=100)
+@given(st.lists(st.integers(0, 30), min_size=1, max_size=40))
+def test_pool_depths_equals_the_walk_to_the_root(draws):
+    """Vectorised level by level, the depths are those of walking each node up to the root."""
+    parents = np.asarray([-1 if i == 0 else draws[i] % (i + 1) - 1 for i in range(len(draws))])
+    want = []
+    for node in range(len(parents)):
+        depth, walk = 1, parents[node]
+        while walk >= 0:
+            depth, walk = depth + 1, parents[walk]
+        want.append(depth)
+    assert dt.pool_depths(parents).tolist() == want

@@ -56,10 +56,10 @@ def replace_head_forward(monkeypatch, head_forward):
     counter or an oracle standing in for the head."""
     from minieagle.drafters.head_drafter import Eagle1Head
 
-    def forward(self, tokens, features, cache, *, target_features, **placement):
+    def forward(self, tokens, features, cache, *, target_features, last_only=False, **placement):
         out = head_forward(
             self.head, self.cfg, self.target_params, tokens, features, cache=cache, **placement
         )
-        return out[0], out[1]
+        return out[0], out[1][-1:] if last_only else out[1]
 
     monkeypatch.setattr(Eagle1Head, "forward", forward)

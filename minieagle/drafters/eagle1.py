@@ -102,7 +102,5 @@ class Eagle1Drafter(HeadDrafter):
             fed = [node for node, path in new_nodes if path in has_children]
             if fed:
                 self._feed_level(fed, tokens, parents, predicted, logits, slot)
-        self.draft_logits = np.full((len(tokens), self.target_config.vocab_size), np.nan)
-        for node, row in logits.items():
-            self.draft_logits[node] = row
+        self._draft_rows = (len(tokens), logits)
         return Tree(np.asarray(tokens), np.asarray(parents), tuple(proposals))

@@ -62,7 +62,7 @@ from minieagle.dynamic_tree import (
     log_softmax,
     next_frontier,
     rerank,
-    top_children,
+    top_children_of_logits,
 )
 from minieagle.errors import InvalidInputError
 from minieagle.sampling import Randomness, SamplingParams, top_k_indices
@@ -179,10 +179,8 @@ class Eagle2Drafter(HeadDrafter):
         selected = rerank(pool.scores, pool.parents, drafts)
         tree = build_tree(root, pool, selected, proposals)
         self.pool, self.selected = pool, selected
-        self.draft_logits = np.full((len(tree), self.target_config.vocab_size), np.nan)
-        for node, candidate in enumerate([-1, *selected.tolist()]):
-            if candidate + 1 in logits:
-                self.draft_logits[node] = logits[candidate + 1]
+        fed_rows = enumerate([-1, *selected.tolist()])
+        self._draft_rows = (len(tree), {n: logits[c + 1] for n, c in fed_rows if c + 1 in logits})
         confidence = np.concatenate([[np.nan], np.exp(pool.log_q[selected])])  # [N]
         self._verified = (tree, confidence)
         return tree
@@ -197,12 +195,11 @@ class Eagle2Drafter(HeadDrafter):
         """The pool with the children of `expanded` (pool indices [F], [-1] = the root) whose
         head logits are `logits` [F, V]: each node's top_k tokens, or, when `proposals` is a
         list (the sampled tree), top_k draws, whose proposals are appended to it."""
-        log_q = log_softmax(logits)  # [F, V]
         if proposals is None:
-            tokens, confidence = top_children(log_q, self.top_k)  # [F, k]
-            return add_children(
-                pool, expanded, tokens, confidence, self._log_accept(log_q, tokens, confidence)
-            )
+            tokens, confidence = top_children_of_logits(logits, self.top_k)  # [F, k]
+            log_accept = self._log_accept(None, tokens, confidence)
+            return add_children(pool, expanded, tokens, confidence, log_accept)
+        log_q = log_softmax(logits)  # [F, V]
         # An EAGLE-3 head's logits are -inf outside its draft vocabulary: weight 0 there.
         finite = np.where(np.isneginf(logits), np.finfo(np.float64).min, logits)  # [F, V]
         for parent, row, row_log_q in zip(expanded, finite, log_q, strict=True):
@@ -224,7 +221,9 @@ class Eagle2Drafter(HeadDrafter):
 
     def _log_accept(self, log_q, tokens, confidence) -> np.ndarray:
         """The children's score terms [F, k]: their log confidence (EAGLE-2), or its calibrated
-        log acceptance. log_q [F, V]: the head's log-softmax at their parents; tokens [F, k]."""
+        log acceptance. tokens [F, k]; log_q [F, V]: the head's log-softmax at their parents
+        (None on the deterministic path, which never computes it whole); unused here, the
+        hook a subclass could misuse (tests/test_calibration.py plants that bug)."""
         if self.calibration is None:
             return confidence
         return self.calibration.log_acceptance(confidence)

@@ -54,10 +54,12 @@ class Eagle1Head:
     def new_cache(self, capacity: int):
         return new_head_cache(self.cfg, self.head, capacity)
 
-    def forward(self, tokens, features, cache, *, target_features: bool, **placement):
-        """(output [T, d], logits [T, V]) appended to `cache`. target_features: unused, the
-        EAGLE-1 head reads the target's f and its own f̂ alike."""
-        return self.fast.forward(tokens, features, cache, **placement)
+    def forward(self, tokens, features, cache, *, target_features: bool, last_only=False,
+                **placement):  # fmt: skip
+        """(output [T, d], logits [T, V], or [1, V] for the last position only when
+        last_only) appended to `cache`. target_features: unused, the EAGLE-1 head reads the
+        target's f and its own f̂ alike."""
+        return self.fast.forward(tokens, features, cache, last_only=last_only, **placement)
 
 
 class Eagle3Head:
@@ -101,13 +103,16 @@ class Eagle3Head:
     def new_cache(self, capacity: int):
         return eagle3.new_head_cache(self.cfg, self.head, capacity)
 
-    def forward(self, tokens, features, cache, *, target_features: bool, **placement):
+    def forward(self, tokens, features, cache, *, target_features: bool, last_only=False,
+                **placement):  # fmt: skip
         """(output a [T, d], logits [T, V] over the target's ids, -inf outside the draft
-        vocabulary) appended to `cache`. target_features: True for the target's fused features
-        (catch-up, through fc), False for the head's own outputs (expansion)."""
+        vocabulary; [1, V] for the last position only when last_only) appended to `cache`.
+        target_features: True for the target's fused features (catch-up, through fc), False
+        for the head's own outputs (expansion)."""
         out, draft_logits = self.fast.forward(
-            tokens, features, cache, target_features=target_features, **placement
-        )
+            tokens, features, cache, target_features=target_features, last_only=last_only,
+            **placement,
+        )  # fmt: skip
         T = draft_logits.shape[0]
         logits = self.xp.full((T, self.vocab_size), -self.xp.inf, dtype=draft_logits.dtype)
         logits[:, self.target_ids] = draft_logits  # [T, N] -> [T, V]
@@ -153,7 +158,18 @@ class HeadDrafter:
         self.head, self.head_cfg = head, head_cfg
         self.embed = target_params["model.embed_tokens.weight"]
         self.xp = array_module(self.embed)
-        self.draft_logits = None
+        self._draft_rows = None  # (nodes, {node: host logits [V]}) of the last tree
+
+    @property
+    def draft_logits(self):
+        """float64 host [N, V] for the last tree (class docstring), built when asked for."""
+        if self._draft_rows is None:
+            return None
+        count, rows = self._draft_rows
+        table = np.full((count, self.target_config.vocab_size), np.nan)
+        for node, row in rows.items():
+            table[node] = row
+        return table
 
     def begin(self, prompt_ids, features, sampling: SamplingParams) -> None:
         self.sampling = sampling
@@ -175,30 +191,32 @@ class HeadDrafter:
         """Drop earlier draft slots and catch up; False when no tree can be drafted (no room
         for a draft, or a one-token prompt with no feature yet)."""
         self.cache.crop(self.committed)  # no draft slots from an earlier call
-        self.draft_logits = None
+        self._draft_rows = None
         if max_nodes < 2:
             return False
         self._catch_up()
         return self.root_prediction is not None
 
-    def _head(self, tokens, features, *, target_features: bool, **placement):
+    def _head(self, tokens, features, *, target_features: bool, last_only=False, **placement):
         """One head forward appending to the head cache: (f̂ [T, d], logits [T, V]).
         target_features: whether `features` are the target's (catch-up) or the head's own
         outputs (expansion). placement: optional host position_ids [T] and attention_mask
         [T, cached + T]."""
         placement = {name: to_device(value, self.embed) for name, value in placement.items()}
         tokens = to_device(tokens, self.embed)
-        predicted, logits = self.draft.forward(
-            tokens, features, self.cache, target_features=target_features, **placement
-        )
-        return predicted, logits
+        return self.draft.forward(
+            tokens, features, self.cache, target_features=target_features, last_only=last_only,
+            **placement,
+        )  # fmt: skip
 
     def _catch_up(self) -> None:
         """Read the pending pairs (committed, real features); the last output is the root's."""
         if not self.pending_tokens:
             return
         features = self.xp.concat(self.pending_features, axis=0)  # [P, d]
-        predicted, logits = self._head(self.pending_tokens, features, target_features=True)
+        predicted, logits = self._head(
+            self.pending_tokens, features, target_features=True, last_only=True
+        )  # only the root's logits are read
         self.committed = self.cache.length
         self.root_prediction = (predicted[-1, ...], _host(logits[-1, ...]))
         self.pending_tokens, self.pending_features = [], []
@@ -222,11 +240,13 @@ class HeadDrafter:
             mask[i, base + i] = True
             slot[node] = base + i
         positions = np.full(count, self.committed - 1 + depth)  # [T], one position per level
+        placement = dict(position_ids=positions, attention_mask=mask)
+        if count == 1 and mask.all() and positions[0] == base:
+            placement = {}  # a chain's node sees every slot at the next position: the defaults
         features = self.xp.stack([predicted[parents[node]] for node in fed])  # [T, d]
         out, level_logits = self._head(
-            [tokens[n] for n in fed], features, target_features=False, position_ids=positions,
-            attention_mask=mask,
-        )  # fmt: skip
+            [tokens[n] for n in fed], features, target_features=False, **placement
+        )
         rows = _host(level_logits)  # [T, V], one transfer per level
         for i, node in enumerate(fed):
             predicted[node] = out[i, ...]
@@ -234,7 +254,9 @@ class HeadDrafter:
 
 
 def _host(x) -> np.ndarray:
-    return np.asarray(to_host(x), dtype=np.float64)
+    """Head logits on the host, in their own dtype (the ranking and the log-softmax read them
+    there; `draft_logits` widens them to float64 when asked)."""
+    return np.asarray(to_host(x))
 
 
 def _depth(node: int, parents) -> int:
