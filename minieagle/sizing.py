@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minieagle import inference
+from minieagle import __version__, inference
 from minieagle.backend import synchronize, to_device
 from minieagle.calibration import fit_calibration, setting_name
 from minieagle.config import LlamaConfig
@@ -55,7 +55,7 @@ from minieagle.kvcache import KVCache
 from minieagle.sampling import SamplingParams
 from minieagle.tree import children
 
-SIZING_VERSION = 2
+SIZING_VERSION = 3  # bump when the code's costs change: cached sizes are then measured again
 CANDIDATE_TOP_K = (1, 2, 4, 8)
 MAX_DEPTH = 7  # expansion steps of the calibration runs: trees up to 8 drafts deep
 TOTAL_TOKENS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 26, 32, 40, 48, 64)
@@ -64,7 +64,8 @@ TOTAL_TOKENS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 26, 32, 40, 48, 64)
 @dataclass
 class Sizing:
     """The chosen sizes and what the model expects of them. depth, top_k, total_tokens: the
-    dynamic tree (`Eagle2Drafter`); chain: the best EAGLE-1 chain length (drafts); expected_tau
+    dynamic tree (`Eagle2Drafter`), total_tokens = 1 (depth = top_k = 0) meaning no tree pays
+    here: draft nothing; chain: the best EAGLE-1 chain length (drafts; 0: none); expected_tau
     and expected_speedup: the model's τ̂ and speedup at the chosen sizes; chain_tau,
     chain_speedup: the same for the chain. setting: the sampling setting it was sized for.
     costs: the measured times in ms (verify by N, loop, draft by "k,d"), so a reader can redo
@@ -82,10 +83,15 @@ class Sizing:
     costs: dict = field(default_factory=dict)
 
     def describe(self) -> str:
+        tree = (
+            f"depth {self.depth}, top_k {self.top_k}, total_tokens {self.total_tokens}"
+            if self.total_tokens > 1
+            else "no tree (none is predicted to beat vanilla decoding)"
+        )
+        chain = f"chain:{self.chain}" if self.chain else "no chain"
         return (
-            f"auto sizing ({self.setting}): depth {self.depth}, top_k {self.top_k}, "
-            f"total_tokens {self.total_tokens} (expected tau {self.expected_tau:.2f}, "
-            f"speedup {self.expected_speedup:.2f}x); EAGLE-1 chain:{self.chain} (expected tau "
+            f"auto sizing ({self.setting}): {tree} (expected tau {self.expected_tau:.2f}, "
+            f"speedup {self.expected_speedup:.2f}x); EAGLE-1 {chain} (expected tau "
             f"{self.chain_tau:.2f}, {self.chain_speedup:.2f}x)"
         )
 
@@ -233,9 +239,12 @@ def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *,
            top_k=None, depth=None, total_tokens=None):  # fmt: skip
     """The (top_k, depth, total_tokens) of the highest predicted speedup. verify_ms {N: ms};
     draft_ms {(k, d): ms}; tau {(k, d, N): τ̂}; fixed top_k / depth / total_tokens restrict
-    the search. Returns (k, d, N, τ̂, speedup)."""
+    the search. Returns (k, d, N, τ̂, speedup). With nothing fixed, drafting nothing (k = d =
+    0, N = 1: vanilla decoding, speedup 1) is a candidate too, chosen when no tree is predicted
+    to pay: sized automatically, a drafter is never expected to be slower than vanilla."""
     step = verify_ms[1] + loop_ms
-    best = None
+    free = top_k is None and depth is None and total_tokens is None
+    best = (0, 0, 1, 1.0, 1.0) if free else None
     for (k, d, n), t in tau.items():
         if any(want is not None and want != got
                for want, got in ((top_k, k), (depth, d), (total_tokens, n))):  # fmt: skip
@@ -313,13 +322,14 @@ def sizing_from(measured: dict, setting: str, **fixed) -> Sizing:
     chain_tau = {
         key: v for key, v in measured["tau"].items() if key[0] == 1 and key[2] == key[1] + 2
     }
-    _, cd, _, ct, cs = choose(verify_ms, loop_ms, measured["draft_ms"], chain_tau)
+    ck, cd, _, ct, cs = choose(verify_ms, loop_ms, measured["draft_ms"], chain_tau)
     costs = {
         "verify_ms": {str(n): v for n, v in verify_ms.items()},
         "loop_ms": loop_ms,
         "draft_ms": {f"{k},{d}": v for (k, d), v in measured["draft_ms"].items()},
     }
-    return Sizing(d, k, n, cd + 1, t, speed, ct, cs, setting, costs)
+    chain = cd + 1 if ck else 0  # 0: no chain pays, draft nothing
+    return Sizing(d, k, n, chain, t, speed, ct, cs, setting, costs)
 
 
 # ---------------------------------------------------------------------------- the cache
@@ -369,7 +379,8 @@ def auto_size(target, config, head, head_cfg, vocab, sampling: SamplingParams, p
     candidates = tuple(sorted({*CANDIDATE_TOP_K, fixed.get("top_k") or CANDIDATE_TOP_K[0]}))
     max_depth = max(MAX_DEPTH, fixed.get("depth") or 0)  # a user's deeper depth is measured too
     key = hashlib.sha256(
-        f"{SIZING_VERSION}|{machine_key(target.embed)}|{identity}|{setting}|{candidates}|"
+        f"{SIZING_VERSION}|{__version__}|{machine_key(target.embed)}|{identity}|{setting}|"
+        f"{candidates}|"
         f"{max_depth}".encode()
     ).hexdigest()[:20]
     path = cache_dir() / f"{key}.json"
