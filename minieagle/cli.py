@@ -445,11 +445,28 @@ def cmd_bench(args) -> int:
             max_depth=7,  # n-alpha for n = 0 .. 6
         )  # fmt: skip
         print(format_report(results))
+        results["sizing"] = _sizings(methods)
         if args.out:
             out = Path(args.out)
             out = out.with_name(out.stem + "-methods" + out.suffix)
             out.write_text(json.dumps(results, indent=2) + "\n")
     return 0
+
+
+def _sizings(methods: dict) -> dict:
+    """{label: {setting: the automatic sizes (`minieagle.sizing.Sizing`) it decoded with}} for
+    the methods sized automatically (their sizes are cached, so this measures nothing)."""
+    from dataclasses import asdict
+
+    from minieagle.bench_methods import SETTINGS
+
+    chosen = {}
+    for label, make in methods.items():
+        drafter = make()
+        sizer = getattr(drafter, "sizer", None)
+        if sizer is not None:
+            chosen[label] = {name: asdict(sizer(sampling)) for name, sampling in SETTINGS.items()}
+    return chosen
 
 
 def cmd_export(args) -> int:

@@ -164,7 +164,7 @@ class _TimedDrafter:
         tree = self.inner.propose(root, rng, max_nodes)
         self.propose_ms.append(1e3 * (time.perf_counter() - start))
         self._last = None
-        if self.inner.pool is not None:
+        if len(tree) > 1 and self.inner.pool is not None:
             pool = self.inner.pool
             self.pools.append(pool)
             self._last = (tree, np.exp(pool.scores[self.inner.selected]))
@@ -388,7 +388,7 @@ def auto_size(target, config, head, head_cfg, vocab, sampling: SamplingParams, p
     if path.is_file():
         try:
             measured = _measured_from_json(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             measured = None  # unreadable or from another version: measure again
     if measured is None:
         measured = measure_sizing(target, config, head, head_cfg, vocab, prompts, sampling,

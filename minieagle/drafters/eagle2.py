@@ -157,7 +157,7 @@ class Eagle2Drafter(HeadDrafter):
         super().begin(prompt_ids, features, sampling)
 
     def propose(self, root: int, rng: Randomness, max_nodes: int) -> Tree:
-        self._verified = None
+        self._verified, self.pool, self.selected = None, None, None
         if self.total_tokens == 1:  # sized to draft nothing: vanilla decoding
             return Tree(np.asarray([root]), np.asarray([-1]))
         if not self._start_cycle(max_nodes):

@@ -1,0 +1,813 @@
+"""Hardware-aware tree sizing (minieagle.sizing) and the drafters' `sizer` option.
+
+- `choose` returns the configuration of the highest predicted speedup
+  τ̂·step / (verify[N] + loop + draft[k, d]) (a brute-force oracle, hand-made and Hypothesis
+  cases), honours fixed top_k / depth / total_tokens, falls back to drafting nothing when no
+  tree is predicted to beat vanilla decoding (only when nothing is fixed), and refuses fixed
+  sizes that match no candidate. Negative controls: a choice that forgets the loop cost, one
+  that ignores a fixed size and one that never drafts nothing are each caught.
+- `expected_accepted` sums g(V) over the reranked candidates of the pool cut to depth + 1;
+  candidates deeper than that never count (a version without the cut is caught).
+- `_TimedDrafter` records one (V, on the accepted path) pair per verified draft, as many on
+  the path as the cycle accepted, with V the drafted node's value, and drafts what the bare
+  drafter drafts (an off-by-one marking is caught); near a full context, a cycle that drafts
+  nothing records nothing.
+- `measure_sizing` end to end on the tiny target: every cost and τ̂ is present, τ̂ lies in
+  [1, N] and never falls as N or d grows; `sizing_from` picks one of the candidates (corrupted
+  measurements are caught by the same checker).
+- `auto_size` measures once per machine, identity and sampling setting, caches atomically, and
+  measures again (never raises) over a corrupt or outdated cache file (`measure_sizing` faked,
+  so no decoding runs; a cache that never hits and a key that ignores the sampling are caught).
+- The drafters take the sizer's sizes at `begin`: EAGLE-2 grows the sized tree and stays the
+  greedy reference, total_tokens = 1 drafts nothing; EAGLE-1's `choices="auto"` drafts the
+  sized chain (0: nothing); inconsistent options are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from tiny_eagle import CONFIG, HEAD, HEAD_CFG, TARGET, run
+
+from minieagle import sizing
+from minieagle.calibration import Calibration, fit_calibration
+from minieagle.drafters.eagle1 import Eagle1Drafter
+from minieagle.drafters.eagle2 import Eagle2Drafter
+from minieagle.dynamic_tree import Pool, rerank
+from minieagle.errors import InvalidInputError
+from minieagle.generate import generate, greedy_reference
+from minieagle.sampling import SamplingParams
+from minieagle.sizing import Sizing, _TimedDrafter, choose, expected_accepted, sizing_from
+
+PROMPT = [1, 3, 4, 0, 5]
+NOTHING = (0, 0, 1, 1.0, 1.0)  # choose's "draft nothing": vanilla decoding, speedup 1
+
+# ---------------------------------------------------------------------------- choose
+
+VERIFY = {1: 1.0, 2: 1.2, 4: 1.5, 8: 2.5}
+LOOP = 0.5
+DRAFT = {(1, 1): 0.3, (1, 2): 0.5, (2, 1): 0.4, (2, 2): 0.7}
+# step = 1.5. (2, 2, 4): 3.0 * 1.5 / (1.5 + 0.5 + 0.7) = 1.667 is the best tree;
+# the best with top_k = 1 is (1, 2, 4): 2.6 * 1.5 / 2.5 = 1.56.
+TAU = {
+    (1, 1, 2): 1.6, (1, 1, 4): 1.7, (1, 1, 8): 1.7,
+    (1, 2, 2): 1.6, (1, 2, 4): 2.6, (1, 2, 8): 2.6,
+    (2, 1, 4): 2.2, (2, 1, 8): 2.4,
+    (2, 2, 4): 3.0, (2, 2, 8): 3.5,
+}  # fmt: skip
+
+
+def _speed(verify, loop, draft, k, d, n, t) -> float:
+    return t * (verify[1] + loop) / (verify[n] + loop + draft[k, d])
+
+
+def _check_choose(choose_fn, verify, loop, draft, tau, **fixed) -> None:
+    """Assert that choose_fn(...) is a brute-force argmax of the predicted speedup over the
+    candidates `fixed` allows (plus drafting nothing when nothing is fixed), or raises
+    InvalidInputError when none is allowed."""
+    allowed = {
+        (k, d, n): t
+        for (k, d, n), t in tau.items()
+        if all(
+            fixed.get(name) in (None, got)
+            for name, got in zip(("top_k", "depth", "total_tokens"), (k, d, n), strict=True)
+        )
+    }
+    free = all(value is None for value in fixed.values())
+    if not allowed and not free:
+        with pytest.raises(InvalidInputError):
+            choose_fn(verify, loop, draft, tau, **fixed)
+        return
+    best = max((_speed(verify, loop, draft, *key, t) for key, t in allowed.items()), default=0.0)
+    if free:
+        best = max(best, 1.0)
+    k, d, n, t, speed = choose_fn(verify, loop, draft, tau, **fixed)
+    if (k, d, n) == (0, 0, 1):
+        assert free, f"drafting nothing was chosen although {fixed} were fixed"
+        assert (t, speed) == (1.0, 1.0)
+    else:
+        assert (k, d, n) in allowed, f"{(k, d, n)} is not a candidate allowed by {fixed}"
+        assert t == allowed[k, d, n]
+        assert math.isclose(speed, _speed(verify, loop, draft, k, d, n, t), rel_tol=1e-12)
+    assert speed >= best - 1e-9, f"chose speedup {speed}, but {best} was possible"
+
+
+def test_choose_hand_made_picks_the_best_tree_and_honours_fixed_sizes():
+    """On hand-made costs the best tree is (2, 2, 4); fixing top_k = 1 gives (1, 2, 4); fixing
+    depth = 1 and total_tokens = 8 gives (2, 1, 8); every answer is the brute-force argmax."""
+    assert choose(VERIFY, LOOP, DRAFT, TAU)[:3] == (2, 2, 4)
+    assert choose(VERIFY, LOOP, DRAFT, TAU, top_k=1)[:3] == (1, 2, 4)
+    assert choose(VERIFY, LOOP, DRAFT, TAU, depth=1, total_tokens=8)[:3] == (2, 1, 8)
+    k, d, n, t, speed = choose(VERIFY, LOOP, DRAFT, TAU)
+    assert t == 3.0 and math.isclose(speed, 3.0 * 1.5 / 2.7)
+    for fixed in (
+        {},
+        {"top_k": 1},
+        {"top_k": 2},
+        {"depth": 1},
+        {"total_tokens": 2},
+        {"top_k": 2, "depth": 1, "total_tokens": 8},
+    ):
+        _check_choose(choose, VERIFY, LOOP, DRAFT, TAU, **fixed)
+
+
+def test_choose_drafts_nothing_only_when_no_tree_pays_and_nothing_is_fixed():
+    """With every τ̂ too low to pay for its costs, choose returns (0, 0, 1, 1.0, 1.0); with a
+    size fixed it returns the best allowed tree even though it is slower than vanilla."""
+    slow = {key: 1.0 + 0.1 * (key[2] - 1) / key[2] for key in TAU}  # τ̂ < 1.1: nothing pays
+    assert all(_speed(VERIFY, LOOP, DRAFT, *key, t) < 1 for key, t in slow.items())
+    assert choose(VERIFY, LOOP, DRAFT, slow) == NOTHING
+    k, d, n, _, speed = choose(VERIFY, LOOP, DRAFT, slow, top_k=2)
+    assert k == 2 and speed < 1
+    _check_choose(choose, VERIFY, LOOP, DRAFT, slow)
+    _check_choose(choose, VERIFY, LOOP, DRAFT, slow, top_k=2)
+    _check_choose(choose, VERIFY, LOOP, DRAFT, slow, depth=1)
+
+
+@pytest.mark.parametrize(
+    "fixed",
+    [
+        {"top_k": 4},
+        {"depth": 3},
+        {"total_tokens": 3},
+        {"top_k": 2, "total_tokens": 2},
+        {"top_k": 1, "depth": 1, "total_tokens": 3},
+    ],
+)
+def test_choose_refuses_fixed_sizes_matching_no_candidate(fixed):
+    """Fixed sizes no measured candidate has raise InvalidInputError naming them."""
+    with pytest.raises(InvalidInputError, match="no candidate size matches"):
+        choose(VERIFY, LOOP, DRAFT, TAU, **fixed)
+    _check_choose(choose, VERIFY, LOOP, DRAFT, TAU, **fixed)
+
+
+def _choose_without_loop(verify_ms, loop_ms, draft_ms, tau, **fixed):
+    """Planted bug: the loop overhead left out of the cycle's cost."""
+    return choose({**verify_ms, 1: verify_ms[1] + loop_ms}, 0.0, draft_ms, tau, **fixed)
+
+
+def _choose_ignoring_fixed(verify_ms, loop_ms, draft_ms, tau, **fixed):
+    """Planted bug: the fixed sizes ignored."""
+    return choose(verify_ms, loop_ms, draft_ms, tau)
+
+
+def _choose_never_nothing(verify_ms, loop_ms, draft_ms, tau, **fixed):
+    """Planted bug: drafting nothing is never a candidate (the best tree of any top_k)."""
+    if fixed:
+        return choose(verify_ms, loop_ms, draft_ms, tau, **fixed)
+    tops = {key[0] for key in tau}
+    return max(
+        (choose(verify_ms, loop_ms, draft_ms, tau, top_k=k) for k in tops), key=lambda c: c[-1]
+    )
+
+
+@pytest.mark.parametrize(
+    "buggy, tau, fixed",
+    [
+        (_choose_without_loop, TAU, {}),
+        (_choose_ignoring_fixed, TAU, {"top_k": 1}),
+        (_choose_never_nothing, {key: 1.0 + 0.1 * (key[2] - 1) / key[2] for key in TAU}, {}),
+    ],
+    ids=["forgets-loop-cost", "ignores-fixed-top-k", "never-drafts-nothing"],
+)
+def test_choose_checker_catches_planted_bugs(buggy, tau, fixed):
+    """Negative control: `_check_choose` rejects each planted mistake."""
+    with pytest.raises(AssertionError):
+        _check_choose(buggy, VERIFY, LOOP, DRAFT, tau, **fixed)
+
+
+SIZES = (1, 2, 3, 4, 6)
+KS = (1, 2)
+DEPTHS = (1, 2)
+TAU_KEYS = [(k, d, n) for k in KS for d in DEPTHS for n in SIZES if n >= k + 1]
+ms = st.floats(0.01, 5.0, allow_nan=False)
+
+
+@st.composite
+def _costs(draw):
+    verify = dict(zip(SIZES, sorted(draw(st.lists(ms, min_size=5, max_size=5))), strict=True))
+    loop = draw(st.floats(0.0, 2.0))
+    draft = {(k, d): draw(ms) for k in KS for d in DEPTHS}
+    tau = {(k, d, n): draw(st.floats(1.0, float(n))) for k, d, n in TAU_KEYS}
+    fixed = {
+        "top_k": draw(st.sampled_from([None, None, 1, 2, 3])),
+        "depth": draw(st.sampled_from([None, None, 1, 2, 3])),
+        "total_tokens": draw(st.sampled_from([None, None, *SIZES, 5])),
+    }
+    return verify, loop, draft, tau, {k: v for k, v in fixed.items() if v is not None}
+
+
+@settings(max_examples=150)
+@given(_costs())
+def test_choose_is_the_brute_force_argmax(costs):
+    """For random costs and τ̂ (and random, sometimes unmatched, fixed sizes), choose equals the
+    brute-force argmax of τ̂·step / (verify[N] + loop + draft[k, d]) or raises."""
+    verify, loop, draft, tau, fixed = costs
+    _check_choose(choose, verify, loop, draft, tau, **fixed)
+
+
+# ---------------------------------------------------------------------------- expected_accepted
+
+
+def _pool(parents, q) -> Pool:
+    """A level-ordered pool from parents (-1 = root) and each candidate's own q."""
+    parents = np.asarray(parents, dtype=np.int64)
+    log_q = np.log(np.asarray(q, dtype=np.float64))
+    scores = np.zeros(len(parents))
+    for i, p in enumerate(parents):
+        scores[i] = (scores[p] if p >= 0 else 0.0) + log_q[i]
+    return Pool(np.arange(len(parents)) % 6, parents, scores, log_q)
+
+
+# a (0.9), b (0.05) | c = a·0.95, d = a·0.03 | e = c·0.95, f = c·0.02: the best leaf e is deep.
+HAND_POOL = _pool([-1, -1, 0, 0, 2, 2], [0.9, 0.05, 0.95, 0.03, 0.95, 0.02])
+
+
+def _depths(parents) -> list[int]:
+    out = []
+    for p in parents:
+        out.append(1 if p < 0 else out[p] + 1)
+    return out
+
+
+def _oracle_expected(pool, on_path, depth, drafts) -> float:
+    n = sum(1 for x in _depths(pool.parents) if x <= depth + 1)
+    chosen = rerank(pool.scores[:n], pool.parents[:n], drafts)
+    return float(sum(float(on_path(np.exp(pool.scores[i]))) for i in chosen))
+
+
+def _check_expected(fn, pool, on_path, depth, drafts) -> None:
+    got = fn(pool, on_path, depth, drafts)
+    want = _oracle_expected(pool, on_path, depth, drafts)
+    assert math.isclose(got, want, rel_tol=1e-12, abs_tol=1e-12), (got, want)
+
+
+def _no_depth_cut(pool, on_path, depth, drafts) -> float:
+    """Planted bug: the whole pool is reranked, whatever the depth."""
+    chosen = rerank(pool.scores, pool.parents, drafts)
+    return float(on_path(np.exp(pool.scores[chosen])).sum())
+
+
+def test_expected_accepted_hand_pool():
+    """Hand-made pool: depth 1 (candidates up to depth 2) with 3 drafts picks a, c, b; depth 2
+    picks a, c, e; drafts beyond the cut pool take all of it; the identity and a fitted
+    calibration both agree with the oracle."""
+    a, b, c = 0.9, 0.05, 0.9 * 0.95
+    e, d = c * 0.95, 0.9 * 0.03
+    identity = lambda v: v  # noqa: E731
+    assert math.isclose(expected_accepted(HAND_POOL, identity, 1, 3), a + c + b)
+    assert math.isclose(expected_accepted(HAND_POOL, identity, 2, 3), a + c + e)
+    assert math.isclose(expected_accepted(HAND_POOL, identity, 1, 10), a + b + c + d)
+    assert math.isclose(expected_accepted(HAND_POOL, identity, 0, 10), a + b)
+    records = [(0.9, True), (0.85, True), (0.8, False), (0.05, False), (0.03, False)] * 5
+    fitted = fit_calibration(records, setting="T=0")
+    flat = Calibration([0.0, 1.0], [0.5, 0.5], "T=0")
+    assert math.isclose(expected_accepted(HAND_POOL, flat, 2, 4), 2.0)
+    for on_path in (identity, fitted, flat):
+        for depth in range(4):
+            for drafts in range(1, 8):
+                _check_expected(expected_accepted, HAND_POOL, on_path, depth, drafts)
+
+
+def test_expected_accepted_checker_catches_a_missing_depth_cut():
+    """Negative control: ignoring the depth cut counts the deep leaf e instead of b."""
+    identity = lambda v: v  # noqa: E731
+    assert _no_depth_cut(HAND_POOL, identity, 1, 3) != pytest.approx(
+        expected_accepted(HAND_POOL, identity, 1, 3)
+    )
+    with pytest.raises(AssertionError):
+        _check_expected(_no_depth_cut, HAND_POOL, identity, 1, 3)
+
+
+@st.composite
+def _random_pools(draw):
+    levels = draw(st.integers(1, 4))
+    parents, q, previous = [], [], [-1]
+    for _ in range(levels):
+        width = draw(st.integers(1, 4))
+        start = len(parents)
+        for _ in range(width):
+            parents.append(draw(st.sampled_from(previous)))
+            q.append(draw(st.floats(0.01, 1.0)))
+        previous = list(range(start, len(parents)))
+    return _pool(parents, q)
+
+
+@settings(max_examples=100)
+@given(_random_pools(), st.integers(0, 4), st.integers(1, 10))
+def test_expected_accepted_ignores_candidates_below_the_cut(pool, depth, drafts):
+    """On random level-ordered pools, expected_accepted equals the oracle, and dropping or
+    rescoring the candidates deeper than depth + 1 never changes it."""
+    on_path = Calibration([0.0, 0.3, 1.0], [0.1, 0.6, 0.9], "T=0")
+    _check_expected(expected_accepted, pool, on_path, depth, drafts)
+    n = sum(1 for x in _depths(pool.parents) if x <= depth + 1)
+    cut = Pool(pool.tokens[:n], pool.parents[:n], pool.scores[:n], pool.log_q[:n])
+    scores = pool.scores.copy()
+    for i in range(n, len(pool)):  # deep candidates as good as they can be: q = 1
+        scores[i] = scores[pool.parents[i]]
+    deep = Pool(pool.tokens, pool.parents, scores, pool.log_q)
+    value = expected_accepted(pool, on_path, depth, drafts)
+    assert expected_accepted(cut, on_path, depth, drafts) == value
+    assert expected_accepted(deep, on_path, depth, drafts) == value
+
+
+# ---------------------------------------------------------------------------- _TimedDrafter
+
+
+def _eagle2(**sizes):
+    sizes = {"depth": 2, "top_k": 2, "total_tokens": 6} | sizes
+    return Eagle2Drafter(TARGET, CONFIG, HEAD, HEAD_CFG, **sizes)
+
+
+def _path_flags(tree, kept_tokens) -> list[bool]:
+    """For nodes 1..N-1 of `tree`: is its root path's token sequence a prefix of the kept
+    tokens (the root plus the accepted drafts)?"""
+    flags = []
+    for node in range(1, len(tree)):
+        path = []
+        while node >= 0:
+            path.append(int(tree.tokens[node]))
+            node = int(tree.parents[node])
+        flags.append(path[::-1] == list(kept_tokens[: len(path)]))
+    return flags
+
+
+def _timed_run(prompt, n, timed_cls=_TimedDrafter):
+    """(result, timed drafter, per cycle: (the records its accept added, the drafted nodes'
+    values exp(score) from the inner drafter's pool and selection, and whether each drafted
+    node lies on the accepted path, both None for a bare root))."""
+    timed = timed_cls(_eagle2())
+    per_cycle, drafted = [], []
+    accept, propose = timed.accept, timed.propose
+
+    def watching_propose(root, rng, max_nodes):
+        tree = propose(root, rng, max_nodes)
+        inner = timed.inner
+        values = np.exp(inner.pool.scores[inner.selected]) if len(tree) > 1 else None
+        drafted.append((tree, values))
+        return tree
+
+    def counting_accept(tokens, features, next_token):
+        before = len(timed.path_records)
+        accept(tokens, features, next_token)
+        tree, values = drafted[-1]
+        flags = _path_flags(tree, tokens) if values is not None else None
+        per_cycle.append((timed.path_records[before:], values, flags))
+
+    timed.accept, timed.propose = counting_accept, watching_propose
+    result = generate(TARGET, CONFIG, prompt, drafter=timed, max_new_tokens=n, stop_at_eos=False)
+    return result, timed, per_cycle
+
+
+def _check_path_records(result, timed, per_cycle) -> None:
+    assert len(per_cycle) == result.target_forwards == len(result.tree_sizes)
+    for cycle, (records, values, flags) in enumerate(per_cycle):
+        assert len(records) == result.tree_sizes[cycle] - 1, f"cycle {cycle}: {len(records)}"
+        on = sum(1 for _, on_path in records if on_path)
+        assert on == result.accepted_per_cycle[cycle], f"cycle {cycle}: {on} on the path"
+        if values is not None:
+            assert [v for v, _ in records] == values.tolist(), f"cycle {cycle}: other values"
+            assert [f for _, f in records] == flags, f"cycle {cycle}: other nodes on the path"
+    assert len(timed.path_records) == sum(size - 1 for size in result.tree_sizes)
+    assert len(timed.pools) == sum(1 for size in result.tree_sizes if size > 1)
+
+
+def _off_by_one(timed_cls):
+    class OffByOne(timed_cls):
+        """Planted bug: node i + 2 marked for value i (records shifted by one node)."""
+
+        def accept(self, tokens, features, next_token):
+            before = len(self.path_records)
+            super().accept(tokens, features, next_token)
+            new = self.path_records[before:]
+            flags = [on for _, on in new][1:] + [False]
+            self.path_records[before:] = [(v, f) for (v, _), f in zip(new, flags, strict=True)]
+
+    return OffByOne
+
+
+def test_timed_drafter_records_each_verified_draft_and_its_path():
+    """Per cycle: one record per verified draft (tree size - 1), as many on the accepted path
+    as the cycle accepted, each record's value the drafted node's V = exp(score); timing
+    lists have one propose per cycle and `depth` levels each; the drafting is unchanged."""
+    result, timed, per_cycle = _timed_run(PROMPT, 12)
+    assert 0 < sum(result.accepted_per_cycle) < sum(s - 1 for s in result.tree_sizes)
+    _check_path_records(result, timed, per_cycle)
+    assert len(timed.propose_ms) == result.target_forwards
+    assert len(timed.level_ms) == 2 * result.target_forwards  # depth 2, no cut at 6 nodes
+    bare = run(PROMPT, _eagle2(), n=12)
+    assert bare.tokens == result.tokens and bare.tree_sizes == result.tree_sizes
+    assert result.tokens == greedy_reference(TARGET, CONFIG, PROMPT, 12)
+
+
+def test_timed_drafter_checker_catches_shifted_path_marks():
+    """Negative control: marking the wrong node of each record as on the path is caught."""
+    with pytest.raises(AssertionError):
+        _check_path_records(*_timed_run(PROMPT, 12, _off_by_one(_TimedDrafter)))
+
+
+def test_timed_drafter_records_nothing_for_a_cycle_that_drafts_nothing():
+    """Decoding until the context is full, the last cycles shrink to a bare root; such a cycle
+    verifies no draft and must add no record and no pool."""
+    prompt = ([1] + [3, 4, 0, 5] * 20)[:52]
+    result, timed, per_cycle = _timed_run(prompt, 40)
+    if not (result.stop_reason == "context_full" and result.tree_sizes[-1] == 1):
+        pytest.fail(f"no bare-root cycle to check: {result.tree_sizes}")
+    _check_path_records(result, timed, per_cycle)
+
+
+# ---------------------------------------------------------------------------- measure_sizing
+
+MEASURE_PROMPTS = [("t", [1, 3, 4, 0, 5]), ("c", [1, 5, 0, 3, 3, 4])]
+MEASURE_K, MEASURE_DEPTH, MEASURE_SIZES = (1, 2), 2, (2, 3, 4, 6)
+
+
+@pytest.fixture(scope="module")
+def measured():
+    return sizing.measure_sizing(
+        TARGET,
+        CONFIG,
+        HEAD,
+        HEAD_CFG,
+        None,
+        MEASURE_PROMPTS,
+        SamplingParams(),
+        candidate_top_k=MEASURE_K,
+        max_depth=MEASURE_DEPTH,
+        sizes=MEASURE_SIZES,
+        new_tokens=8,
+    )
+
+
+def _check_measured(m, ks, max_depth, sizes) -> None:
+    assert set(m["verify_ms"]) == {1, *sizes}
+    assert all(v > 0 for v in m["verify_ms"].values())
+    assert m["loop_ms"] >= 0
+    assert set(m["draft_ms"]) == {(k, d) for k in ks for d in range(1, max_depth + 1)}
+    assert all(v >= 0 for v in m["draft_ms"].values())
+    want = {(k, d, n) for k in ks for d in range(1, max_depth + 1) for n in sizes if n >= k + 1}
+    assert set(m["tau"]) == want
+    for (k, d, n), t in m["tau"].items():
+        assert 1.0 <= t <= n, f"τ̂{(k, d, n)} = {t} outside [1, {n}]"
+        for bigger in (b for b in sizes if b > n):
+            assert t <= m["tau"][k, d, bigger] + 1e-12, f"τ̂ falls from N={n} to {bigger}"
+        if d < max_depth:
+            assert t <= m["tau"][k, d + 1, n] + 1e-12, f"τ̂ falls from depth {d} to {d + 1}"
+    assert set(m["cycles"]) == set(ks) and all(c > 0 for c in m["cycles"].values())
+    assert m["calibration_records"] > 0
+
+
+def test_measure_sizing_end_to_end_on_the_tiny_target(measured):
+    """Every size has a verify cost, every (k, d) a draft cost, every valid (k, d, N) a τ̂ in
+    [1, N], non-decreasing in N and in d; the result is JSON-ready after the cache's
+    conversion."""
+    _check_measured(measured, MEASURE_K, MEASURE_DEPTH, MEASURE_SIZES)
+    assert any(t > 1 for t in measured["tau"].values()), "the tiny head accepts some drafts"
+    as_json = json.dumps(sizing._measured_to_json(measured, "T=0"))
+    back = sizing._measured_from_json(json.loads(as_json))
+    assert back == measured
+
+
+@pytest.mark.parametrize("corruption", ["tau-above-n", "tau-falls-with-n", "size-missing"])
+def test_measured_checker_catches_corrupted_measurements(measured, corruption):
+    """Negative control: a τ̂ above N, a τ̂ that falls as N grows and a missing verify cost
+    are each caught."""
+    m = {key: dict(value) if isinstance(value, dict) else value for key, value in measured.items()}
+    if corruption == "tau-above-n":
+        m["tau"][2, 1, 3] = 3.5
+    elif corruption == "tau-falls-with-n":
+        m["tau"][1, 2, 6] = m["tau"][1, 2, 4] - 0.1
+    else:
+        del m["verify_ms"][4]
+    with pytest.raises(AssertionError):
+        _check_measured(m, MEASURE_K, MEASURE_DEPTH, MEASURE_SIZES)
+
+
+def _check_sizing(s: Sizing, m, **fixed) -> None:
+    tree = (s.top_k, s.depth, s.total_tokens)
+    assert tree in m["tau"] or (not fixed and tree == (0, 0, 1))
+    for name, value in fixed.items():
+        assert getattr(s, name) == value
+    if tree != (0, 0, 1):
+        assert s.expected_tau == m["tau"][tree]
+        assert math.isclose(
+            s.expected_speedup,
+            _speed(m["verify_ms"], m["loop_ms"], m["draft_ms"], *tree, s.expected_tau),
+        )
+    else:
+        assert (s.expected_tau, s.expected_speedup) == (1.0, 1.0)
+    if s.chain:
+        assert (1, s.chain - 1, s.chain + 1) in m["tau"]
+        assert s.chain_tau == m["tau"][1, s.chain - 1, s.chain + 1]
+        assert s.chain_speedup >= 1
+    else:
+        assert (s.chain_tau, s.chain_speedup) == (1.0, 1.0)
+    if not fixed:
+        assert s.expected_speedup >= 1
+
+
+def test_sizing_from_picks_a_measured_candidate(measured):
+    """sizing_from's tree is one of the measured candidates (or drafting nothing), its chain a
+    measured chain (or none), fixed sizes are kept, and the costs are reported."""
+    s = sizing_from(measured, "T=0")
+    _check_sizing(s, measured)
+    assert s.setting == "T=0" and "auto sizing (T=0)" in s.describe()
+    assert set(s.costs["draft_ms"]) == {"1,1", "1,2", "2,1", "2,2"}
+    for fixed in ({"top_k": 2}, {"depth": 1}, {"total_tokens": 4}, {"top_k": 1, "depth": 2}):
+        _check_sizing(sizing_from(measured, "T=0", **fixed), measured, **fixed)
+    # cheap drafting makes trees pay: the choice is then a tree
+    cheap = {
+        **measured,
+        "draft_ms": {key: 0.0 for key in measured["draft_ms"]},
+        "verify_ms": {n: 1.0 for n in measured["verify_ms"]},
+    }
+    s = sizing_from(cheap, "T=0")
+    _check_sizing(s, cheap)
+    assert s.total_tokens > 1 and s.chain > 0 and s.expected_speedup > 1
+    assert s.expected_tau == max(cheap["tau"].values())
+
+
+# ---------------------------------------------------------------------------- auto_size cache
+
+
+def _fake_measurements(calls):
+    """A stand-in for measure_sizing: records its call, returns measurements of the same shape
+    for its candidate_top_k and max_depth."""
+
+    def fake(
+        target,
+        config,
+        head,
+        head_cfg,
+        vocab,
+        prompts,
+        sampling,
+        *,
+        candidate_top_k,
+        max_depth,
+        progress=False,
+        sizes=sizing.TOTAL_TOKENS,
+        **_,
+    ):
+        calls.append(
+            {"sampling": sampling, "candidate_top_k": candidate_top_k, "max_depth": max_depth}
+        )
+        sizes = sorted({1, *sizes})
+        depths = range(1, max_depth + 1)
+        return {
+            "verify_ms": {n: 1.0 + 0.02 * n for n in sizes},
+            "loop_ms": 0.25,
+            "draft_ms": {(k, d): 0.05 * k * d for k in candidate_top_k for d in depths},
+            "tau": {
+                (k, d, n): 1.0 + (n - 1) * (1 - 0.5 ** min(d + 1, n - 1)) / (n + k)
+                for k in candidate_top_k
+                for d in depths
+                for n in sizes
+                if n >= max(2, k + 1)
+            },
+            "calibration_records": 123,
+            "cycles": {k: 7 for k in candidate_top_k},
+        }
+
+    return fake
+
+
+@pytest.fixture
+def cache(monkeypatch, tmp_path):
+    """(auto(identity, sampling, **fixed), the fake measure_sizing calls, the sizing dir)."""
+    monkeypatch.setenv("MINIEAGLE_CACHE", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(sizing, "measure_sizing", _fake_measurements(calls))
+
+    def auto(identity="target|head", sampling=None, **fixed):
+        return sizing.auto_size(
+            TARGET,
+            CONFIG,
+            HEAD,
+            HEAD_CFG,
+            None,
+            sampling or SamplingParams(),
+            MEASURE_PROMPTS,
+            identity=identity,
+            progress=False,
+            **fixed,
+        )
+
+    return auto, calls, tmp_path / "sizing"
+
+
+def _check_cache_keys(auto, calls, folder) -> None:
+    first = auto()
+    assert len(calls) == 1 and len(list(folder.glob("*.json"))) == 1
+    assert auto() == first and len(calls) == 1, "the same identity and setting measured again"
+    auto("another|head")
+    assert len(calls) == 2, "another identity read the first one's sizes"
+    hot = auto(sampling=SamplingParams(temperature=1.0))
+    assert len(calls) == 3, "another sampling setting read the T=0 sizes"
+    assert hot.setting == "T=1" and calls[-1]["sampling"] == SamplingParams(temperature=1.0)
+    assert auto() == first and auto("another|head") is not None and len(calls) == 3
+    assert len(list(folder.glob("*.json"))) == 3
+    assert not list(folder.glob("*.tmp")), "a partial file was left behind"
+
+
+def test_auto_size_measures_once_per_identity_and_setting(cache):
+    """The first call measures and writes one JSON file; the same identity and setting then
+    load it (no measuring, an equal Sizing); another identity or sampling setting measures
+    again; no *.tmp file remains."""
+    auto, calls, folder = cache
+    _check_cache_keys(auto, calls, folder)
+    data = json.loads(next(iter(folder.glob("*.json"))).read_text())
+    assert data["version"] == sizing.SIZING_VERSION and data["calibration_records"] == 123
+    assert calls[0]["candidate_top_k"] == sizing.CANDIDATE_TOP_K
+    assert calls[0]["max_depth"] == sizing.MAX_DEPTH
+
+
+def test_cache_checker_catches_a_cache_that_never_hits(cache, monkeypatch):
+    """Negative control: a cache whose files never read back (never hits) is caught."""
+    auto, calls, folder = cache
+
+    def unreadable(data):
+        raise ValueError("planted bug")
+
+    monkeypatch.setattr(sizing, "_measured_from_json", unreadable)
+    with pytest.raises(AssertionError, match="measured again"):
+        _check_cache_keys(auto, calls, folder)
+
+
+def test_cache_checker_catches_a_key_without_the_sampling_setting(cache, monkeypatch):
+    """Negative control: a cache key that ignores the sampling setting is caught."""
+    auto, calls, folder = cache
+    monkeypatch.setattr(sizing, "setting_name", lambda sampling, **_: "T=0")
+    with pytest.raises(AssertionError, match="another sampling setting"):
+        _check_cache_keys(auto, calls, folder)
+
+
+def test_auto_size_measures_user_fixed_sizes_too(cache):
+    """A fixed top_k outside the candidates and a depth beyond MAX_DEPTH join the measured
+    search (and the cache key); the Sizing keeps them."""
+    auto, calls, _ = cache
+    s = auto(top_k=3, depth=sizing.MAX_DEPTH + 2)
+    assert calls[-1]["candidate_top_k"] == tuple(sorted({*sizing.CANDIDATE_TOP_K, 3}))
+    assert calls[-1]["max_depth"] == sizing.MAX_DEPTH + 2
+    assert (s.top_k, s.depth) == (3, sizing.MAX_DEPTH + 2)
+    auto()
+    assert len(calls) == 2, "the free search read the constrained search's measurements"
+
+
+@pytest.mark.parametrize(
+    "content",
+    ["{", "", json.dumps({"version": sizing.SIZING_VERSION}), "OLD", "\x00\xff"],
+    ids=["truncated", "empty", "missing-keys", "old-version", "binary"],
+)
+def test_auto_size_measures_again_over_a_corrupt_cache_file(cache, content):
+    """A corrupt, incomplete or outdated cache file is measured again (never raised), the file
+    rewritten whole, the same Sizing returned, no *.tmp left."""
+    auto, calls, folder = cache
+    first = auto()
+    (path,) = folder.glob("*.json")
+    if content == "OLD":
+        data = json.loads(path.read_text())
+        content = json.dumps(data | {"version": sizing.SIZING_VERSION - 1})
+    path.write_text(content, encoding="latin-1")
+    assert auto() == first and len(calls) == 2
+    assert json.loads(path.read_text())["version"] == sizing.SIZING_VERSION
+    assert auto() == first and len(calls) == 2
+    assert not list(folder.glob("*.tmp"))
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[]",
+        "null",
+        json.dumps(
+            {
+                "version": sizing.SIZING_VERSION,
+                "verify_ms": {"1": None},
+                "loop_ms": 0,
+                "draft_ms": {},
+                "tau": {},
+                "calibration_records": 0,
+                "cycles": {},
+            }
+        ),
+    ],
+    ids=["list", "null", "null-value"],
+)
+def test_auto_size_measures_again_over_a_wrongly_shaped_cache_file(cache, content):
+    """A cache file of the wrong JSON shape is measured again, like any corrupt file."""
+    auto, calls, folder = cache
+    first = auto()
+    (path,) = folder.glob("*.json")
+    path.write_text(content)
+    assert auto() == first and len(calls) == 2
+
+
+# ---------------------------------------------------------------------------- drafters
+
+
+def _sizer(sizes: Sizing, seen=None):
+    def sizer(sampling):
+        if seen is not None:
+            seen.append(sampling)
+        return sizes
+
+    return sizer
+
+
+def _sizing(depth=2, top_k=2, total_tokens=5, chain=2) -> Sizing:
+    return Sizing(depth, top_k, total_tokens, chain, 2.0, 1.5, 1.8, 1.3, "T=0")
+
+
+NO_TREE = Sizing(0, 0, 1, 0, 1.0, 1.0, 1.0, 1.0, "T=0")
+
+
+def _sized_eagle2(sizes, seen=None, **fixed):
+    args = {"depth": None, "top_k": None, "total_tokens": None} | fixed
+    return Eagle2Drafter(TARGET, CONFIG, HEAD, HEAD_CFG, **args, sizer=_sizer(sizes, seen))
+
+
+def test_eagle2_takes_the_sizers_sizes_at_begin_and_stays_lossless():
+    """The sizer is asked at begin with the decoding's sampling; the drafter then grows the
+    sized tree (every tree at most total_tokens nodes, the full size reached) and its greedy
+    output is the greedy reference."""
+    seen = []
+    sizes = _sizing(depth=2, top_k=2, total_tokens=5)
+    drafter = _sized_eagle2(sizes, seen)
+    assert (drafter.depth, drafter.top_k, drafter.total_tokens, drafter.sizing) == (None,) * 4
+    result = run(PROMPT, drafter, n=12)
+    assert seen == [SamplingParams()]
+    assert drafter.sizing is sizes
+    assert (drafter.depth, drafter.top_k, drafter.total_tokens) == (2, 2, 5)
+    assert max(result.tree_sizes) == 5 and all(1 < s <= 5 for s in result.tree_sizes)
+    assert result.tokens == greedy_reference(TARGET, CONFIG, PROMPT, 12)
+    fixed = _eagle2(depth=2, top_k=2, total_tokens=5)
+    assert run(PROMPT, fixed, n=12).tree_sizes == result.tree_sizes  # same trees as fixed sizes
+    hot = SamplingParams(temperature=1.0)
+    run(PROMPT, _sized_eagle2(sizes, seen), sampling=hot, n=4)
+    assert seen[-1] == hot
+
+
+def test_eagle2_sized_to_draft_nothing_is_vanilla_decoding():
+    """total_tokens = 1 (depth = top_k = 0): one target forward per token, tau 1, bare-root
+    trees, the output of vanilla decoding. Negative control: a real tree needs fewer forwards,
+    so the forward count does tell the two apart."""
+    n = 12
+    result = run(PROMPT, _sized_eagle2(NO_TREE), n=n)
+    assert result.target_forwards == n and result.tau == 1.0
+    assert result.tree_sizes == [1] * n and result.accepted_per_cycle == [0] * n
+    assert (
+        result.tokens
+        == run(PROMPT, None, n=n).tokens
+        == greedy_reference(TARGET, CONFIG, PROMPT, n)
+    )
+    assert run(PROMPT, _sized_eagle2(_sizing()), n=n).target_forwards < n
+
+
+def test_eagle1_auto_chain_drafts_the_sized_chain():
+    """choices="auto" with a sizer: chain = 2 drafts a 2-draft chain every cycle (3 nodes) and
+    stays the greedy reference; chain = 0 drafts nothing. Negative control: chain = 3 gives
+    4-node trees, so the size check distinguishes chain lengths."""
+    n = 12
+    reference = greedy_reference(TARGET, CONFIG, PROMPT, n)
+    seen = []
+    drafter = Eagle1Drafter(
+        TARGET, CONFIG, HEAD, HEAD_CFG, choices="auto", sizer=_sizer(_sizing(chain=2), seen)
+    )
+    result = run(PROMPT, drafter, n=n)
+    assert seen == [SamplingParams()] and drafter.sizing.chain == 2
+    assert set(result.tree_sizes) == {3} and result.drafted_depth_per_cycle[0] == 2
+    assert result.tokens == reference
+    three = Eagle1Drafter(
+        TARGET, CONFIG, HEAD, HEAD_CFG, choices="auto", sizer=_sizer(_sizing(chain=3))
+    )
+    assert set(run(PROMPT, three, n=n).tree_sizes) == {4}
+    none = Eagle1Drafter(
+        TARGET, CONFIG, HEAD, HEAD_CFG, choices="auto", sizer=_sizer(_sizing(chain=0))
+    )
+    result = run(PROMPT, none, n=n)
+    assert result.target_forwards == n and result.tree_sizes == [1] * n
+    assert result.tokens == reference
+
+
+def test_inconsistent_sizer_options_are_refused():
+    """choices="auto" needs a sizer and a sizer needs choices="auto"; a sized EAGLE-2 drafter
+    refuses a fixed top_k above the largest tree auto sizing considers (boundary accepted),
+    or above a fixed total_tokens - 1."""
+    with pytest.raises(InvalidInputError, match="go together"):
+        Eagle1Drafter(TARGET, CONFIG, HEAD, HEAD_CFG, choices="auto")
+    with pytest.raises(InvalidInputError, match="go together"):
+        Eagle1Drafter(TARGET, CONFIG, HEAD, HEAD_CFG, choices="chain:2", sizer=_sizer(_sizing()))
+    largest = max(sizing.TOTAL_TOKENS)
+    with pytest.raises(InvalidInputError, match="exceeds total_tokens - 1"):
+        _sized_eagle2(_sizing(), top_k=largest)
+    assert _sized_eagle2(_sizing(), top_k=largest - 1).top_k == largest - 1
+    with pytest.raises(InvalidInputError, match="exceeds total_tokens - 1"):
+        _sized_eagle2(_sizing(), top_k=5, total_tokens=5)
+    with pytest.raises(InvalidInputError):
+        _sized_eagle2(_sizing(), depth=0)
