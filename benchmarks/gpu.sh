@@ -2,7 +2,9 @@
 # The GPU run: the CuPy tests, then the shipped target's decoding speed and cost curve and the
 # decoding methods side by side, all on CuPy, with the NumPy lane of the same machine beside them.
 #
-#   benchmarks/gpu.sh [OUT_DIR]            on a CUDA machine with CuPy (about 4 minutes on an H200)
+#   benchmarks/gpu.sh [OUT_DIR]            on a CUDA machine with CuPy (about 4 minutes on an H200
+#                                          before automatic tree sizing joined the methods step;
+#                                          now expected to take up to 9: not yet run)
 #   benchmarks/gpu.sh --dry-run [OUT_DIR]  anywhere: the same steps on NumPy at toy sizes (the
 #                                          CuPy tests then skip), to check the script before a
 #                                          GPU is spent on it
@@ -16,7 +18,7 @@
 # The package need not be installed: the script puts the repository on PYTHONPATH.
 set -uo pipefail
 
-device=gpu repeats=3 new_tokens=64 method_tokens=32 per_kind=2 cost_repeats=5
+device=gpu repeats=2 new_tokens=64 method_tokens=32 per_kind=1 cost_repeats=5
 if [[ "${1:-}" == "--dry-run" ]]; then
   device=cpu repeats=1 new_tokens=8 method_tokens=8 per_kind=1 cost_repeats=1
   shift
@@ -63,7 +65,7 @@ EOF
   step host-cost-curve 60 /dev/null env OPENBLAS_NUM_THREADS=1 "$python" benchmarks/real_model_cost.py \
     --model minieagle/pretrained/small --device cpu --repeats "$cost_repeats" \
     --new-tokens "$new_tokens" --out "$out/gpu-host-cost.json"
-  step methods 300 /dev/null "$python" -m minieagle bench --suite methods --device "$device" --prompts both \
+  step methods 420 /dev/null "$python" -m minieagle bench --suite methods --device "$device" --prompts both \
     --prompts-per-corpus "$per_kind" --repeats "$repeats" --new-tokens "$method_tokens" \
     --out "$out/gpu-bench.json"
   echo "=== done: exit $status"

@@ -110,7 +110,8 @@ def _sizer(args, target, config, head, tokenizer):
             )
             chosen[setting] = sizing.auto_size(
                 target, config, params, cfg, vocab, sampling, prompts, identity=identity,
-                progress=sys.stderr.isatty(), **fixed,
+                progress=sys.stderr.isatty(), chain_only=not dynamic,
+                sampled_tree=not dynamic or bool(getattr(args, "sampled_tree", None)), **fixed,
             )  # fmt: skip
         return chosen[setting]
 

@@ -55,7 +55,7 @@ from minieagle.kvcache import KVCache
 from minieagle.sampling import SamplingParams
 from minieagle.tree import children
 
-SIZING_VERSION = 3  # bump when the code's costs change: cached sizes are then measured again
+SIZING_VERSION = 4  # bump when the code's costs change: cached sizes are then measured again
 CANDIDATE_TOP_K = (1, 2, 4, 8)
 MAX_DEPTH = 7  # expansion steps of the calibration runs: trees up to 8 drafts deep
 TOTAL_TOKENS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 26, 32, 40, 48, 64)
@@ -195,9 +195,11 @@ def calibration_run(
     depth: int = MAX_DEPTH,
     new_tokens: int = 48,
     seed: int = 0,
+    sampled_tree: bool = False,
 ):
     """Decode `prompts` ((kind, ids) pairs) with an `Eagle2Drafter` of this top_k at `depth`,
-    a tree large enough never to cut the expansion. Returns (pools, path records (value,
+    a tree large enough never to cut the expansion (sampled_tree: its option, which at T > 0
+    with top_k = 1 is EAGLE-1's sampled chain). Returns (pools, path records (value,
     on the accepted path) of every verified node, median propose ms, median level ms)."""
     from minieagle.drafters.eagle2 import Eagle2Drafter
     from minieagle.generate import generate
@@ -207,7 +209,15 @@ def calibration_run(
     for i, (_, ids) in enumerate(prompts):
         drafter = _TimedDrafter(
             Eagle2Drafter(
-                target, config, head, head_cfg, vocab, depth=depth, top_k=top_k, total_tokens=total
+                target,
+                config,
+                head,
+                head_cfg,
+                vocab,
+                depth=depth,
+                top_k=top_k,
+                total_tokens=total,
+                sampled_tree=sampled_tree,
             )  # fmt: skip
         )
         generate(target, config, ids, drafter=drafter, max_new_tokens=new_tokens,
@@ -274,6 +284,7 @@ def measure_sizing(
     sizes=TOTAL_TOKENS,
     new_tokens: int = 48,
     progress: bool = False,
+    sampled_tree: bool = False,
 ) -> dict:
     """Every measurement the choice needs, as plain JSON-ready data: verify ms by N, the loop
     overhead, draft ms by (k, d), and τ̂ by (k, d, N) from one calibration run per top_k."""
@@ -291,13 +302,16 @@ def measure_sizing(
     runs = {}
     for k in candidate_top_k:
         runs[k] = calibration_run(target, config, head, head_cfg, vocab, prompts, sampling, k,
-                                  depth=max_depth, new_tokens=new_tokens)  # fmt: skip
+                                  depth=max_depth, new_tokens=new_tokens,
+                                  sampled_tree=sampled_tree)  # fmt: skip
         bar.update(1)
     bar.close()
-    records = [r for run in runs.values() for r in run[1]]
-    on_path = fit_calibration(records, setting=setting_name(sampling))  # g(V)
     draft_ms, tau = {}, {}
-    for k, (pools, _, propose_ms, level_ms) in runs.items():
+    for k, (pools, records, propose_ms, level_ms) in runs.items():
+        # g(V) of this top_k's own runs: how a node's value maps to its chance of being on the
+        # accepted path depends on its siblings' ranks (a head's top-1 token is accepted more
+        # often than its q says, a lower-ranked one less), so each tree shape keeps its own map
+        on_path = fit_calibration(records, setting=setting_name(sampling))
         for d in range(1, max_depth + 1):
             draft_ms[k, d] = max(0.0, propose_ms - (max_depth - d) * level_ms)
             for n in sizes:
@@ -310,7 +324,7 @@ def measure_sizing(
         "loop_ms": loop_ms,
         "draft_ms": draft_ms,
         "tau": tau,
-        "calibration_records": len(records),
+        "calibration_records": sum(len(run[1]) for run in runs.values()),
         "cycles": {k: len(run[0]) for k, run in runs.items()},
     }
 
@@ -370,13 +384,18 @@ def _cpu_name() -> str:
 
 
 def auto_size(target, config, head, head_cfg, vocab, sampling: SamplingParams, prompts, *,
-              identity: str, progress: bool = True, **fixed) -> Sizing:  # fmt: skip
+              identity: str, progress: bool = True, sampled_tree: bool = False,
+              chain_only: bool = False, **fixed) -> Sizing:  # fmt: skip
     """The `Sizing` for this machine, target + head (`identity`: e.g. their fingerprints) and
     sampling setting, from the cache or measured now (and cached, written atomically).
-    prompts: (kind, ids) calibration prompts, never the ones a benchmark reports on."""
+    prompts: (kind, ids) calibration prompts, never the ones a benchmark reports on.
+    sampled_tree: size the drafter that uses that option. chain_only: measure top_k = 1 only,
+    for an EAGLE-1 chain (with sampled_tree at T > 0: EAGLE-1 draws its chain's tokens)."""
     target = inference.prepare(target, config)
-    setting = setting_name(sampling)
+    setting = setting_name(sampling, sampled_tree=sampled_tree)
     candidates = tuple(sorted({*CANDIDATE_TOP_K, fixed.get("top_k") or CANDIDATE_TOP_K[0]}))
+    if chain_only:
+        candidates = (1,)
     max_depth = max(MAX_DEPTH, fixed.get("depth") or 0)  # a user's deeper depth is measured too
     key = hashlib.sha256(
         f"{SIZING_VERSION}|{__version__}|{machine_key(target.embed)}|{identity}|{setting}|"
@@ -393,7 +412,7 @@ def auto_size(target, config, head, head_cfg, vocab, sampling: SamplingParams, p
     if measured is None:
         measured = measure_sizing(target, config, head, head_cfg, vocab, prompts, sampling,
                                   candidate_top_k=candidates, max_depth=max_depth,
-                                  progress=progress)  # fmt: skip
+                                  progress=progress, sampled_tree=sampled_tree)  # fmt: skip
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.tmp")
         partial.write_text(json.dumps(_measured_to_json(measured, setting), indent=1) + "\n")

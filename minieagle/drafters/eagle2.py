@@ -42,10 +42,12 @@ Hyperparameters, named and counted as in the official code and the serving engin
   total_tokens  nodes verified per cycle INCLUDING the root: total_tokens - 1 drafts.
 Defaults: depth=5 (the paper's tree depth 6), top_k=8 (the official draft class's default; our
 2048-token vocabulary is much smaller than LLaMA's, so the top 8 hold most of the draft's mass),
-total_tokens=26, the size of EAGLE-1's default tree: on a CPU, unlike a GPU, verifying more
-tokens is not free (the shipped 12-layer target, one thread: 26 tree tokens cost 3.25 times one
-token, 48 cost 4.72 times; `minieagle bench --suite model`), and at equal size
-`minieagle bench` compares the two trees' shapes alone.
+total_tokens=26, the size of EAGLE-1's default tree, so that at equal size `minieagle bench`
+compares the two trees' shapes alone. The best sizes depend on the machine (EAGLE-2 §5.3): on
+a CPU verifying more tokens is not free. `sizer` (a callable sampling -> `minieagle.sizing.Sizing`,
+the CLI's default `--total-tokens auto`) replaces the defaults, when a sequence begins, by the
+sizes that maximise the expected tokens per second on this machine (docs/speed.md); sized so,
+`total_tokens` may be 1: no tree pays, draft nothing.
 """
 
 from __future__ import annotations
@@ -93,6 +95,9 @@ class Eagle2Drafter(HeadDrafter):
     pool candidate selected[j]). calibration_records: (confidence, accepted) per verified node
     whose parent was accepted, appended in `accept`; feed to `dynamic_tree.calibration_table`
     or `calibration.fit_calibration`. calibration, sampled_tree: see the module docstring.
+    sizer: a callable sampling -> `minieagle.sizing.Sizing`, called in `begin`; its sizes
+    replace depth/top_k/total_tokens (given ones, not None, constrain its search), and
+    `sizing` keeps the last answer.
     """
 
     def __init__(
