@@ -34,6 +34,7 @@ once, then the sizes load instantly.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -53,9 +54,9 @@ from minieagle.dynamic_tree import Pool, pool_depths, rerank
 from minieagle.errors import InvalidInputError
 from minieagle.kvcache import KVCache
 from minieagle.sampling import SamplingParams
-from minieagle.tree import children
+from minieagle.tree import children, depths
 
-SIZING_VERSION = 4  # bump when the code's costs change: cached sizes are then measured again
+SIZING_VERSION = 5  # bump when the code's costs change: cached sizes are then measured again
 CANDIDATE_TOP_K = (1, 2, 4, 8)
 MAX_DEPTH = 7  # expansion steps of the calibration runs: trees up to 8 drafts deep
 TOTAL_TOKENS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 26, 32, 40, 48, 64)
@@ -137,6 +138,7 @@ class _TimedDrafter:
         self.feature_keys = drafter.feature_keys
         self.pools: list[Pool] = []
         self.path_records: list[tuple[float, bool]] = []  # (value V, on the accepted path)
+        self.path_depths: list[int] = []  # the depth of each record's node
         self._last = None  # (tree, values [N]) of the last proposal
         self.propose_ms: list[float] = []
         self.level_ms: list[float] = []
@@ -179,6 +181,7 @@ class _TimedDrafter:
                 node = next(c for c in kids[node] if int(tree.tokens[c]) == int(token))
                 on_path.add(node)
             self.path_records += [(float(v), i + 1 in on_path) for i, v in enumerate(values)]
+            self.path_depths += depths(tree)[1:].tolist()
         self.inner.accept(tokens, features, next_token)
 
 
@@ -199,12 +202,12 @@ def calibration_run(
 ):
     """Decode `prompts` ((kind, ids) pairs) with an `Eagle2Drafter` of this top_k at `depth`,
     a tree large enough never to cut the expansion (sampled_tree: its option, which at T > 0
-    with top_k = 1 is EAGLE-1's sampled chain). Returns (pools, path records (value,
-    on the accepted path) of every verified node, median propose ms, median level ms)."""
+    with top_k = 1 is EAGLE-1's sampled chain). Returns (pools, the `PathAcceptance` fitted
+    on every verified node, median propose ms, median level ms)."""
     from minieagle.drafters.eagle2 import Eagle2Drafter
     from minieagle.generate import generate
 
-    pools, records, propose, level = [], [], [], []
+    pools, records, node_depths, propose, level = [], [], [], [], []
     total = max(top_k + 1, depth + 2, 26)
     for i, (_, ids) in enumerate(prompts):
         drafter = _TimedDrafter(
@@ -224,25 +227,94 @@ def calibration_run(
                  sampling=sampling, seed=seed + i, stop_at_eos=False)  # fmt: skip
         pools += drafter.pools
         records += drafter.path_records
+        node_depths += drafter.path_depths
         propose += drafter.propose_ms[1:]  # the first cycle's catch-up reads the whole prompt
         level += drafter.level_ms
-    return pools, records, statistics.median(propose), statistics.median(level)
+    on_path = PathAcceptance(
+        records, node_depths, setting_name(sampling, sampled_tree=sampled_tree)
+    )
+    return pools, on_path, statistics.median(propose), statistics.median(level)
 
 
 # ---------------------------------------------------------------------------- the model
+
+
+class PathAcceptance:
+    """g(V, depth): the observed chance that a verified node of value V at this depth lies on
+    the accepted path, from (V, on the path) records and the nodes' depths. One isotonic map
+    (`calibration.fit_calibration`) per depth with at least MIN_RECORDS records, and one over
+    all depths for the rest. The depth matters where the value says little: in a sampled tree
+    every first draw scores 1, yet a deep one is accepted far less often than a shallow one."""
+
+    MIN_RECORDS = 30
+    PRIOR_WEIGHT = 0.05  # nearly none: unlike a draft's q, a value is no acceptance estimate
+
+    def __init__(self, records, node_depths, setting: str):
+        self.records = len(records)
+        fit = functools.partial(fit_calibration, setting=setting, prior_weight=self.PRIOR_WEIGHT)
+        self.pooled = fit(records)
+        by_depth: dict = {}
+        for record, depth in zip(records, node_depths, strict=True):
+            by_depth.setdefault(int(depth), []).append(record)
+        self.by_depth = {
+            depth: fit(rows) for depth, rows in by_depth.items() if len(rows) >= self.MIN_RECORDS
+        }
+
+    def __call__(self, values, node_depths) -> np.ndarray:
+        values = np.asarray(values, dtype=np.float64)
+        out = self.pooled(values)
+        for depth, fitted in self.by_depth.items():
+            at = np.asarray(node_depths) == depth
+            out[at] = fitted(values[at])
+        return out
+
+
+def timing_drafter(target, config, head, head_cfg, vocab, top_k: int, depth: int,
+                   sampled_tree: bool):  # fmt: skip
+    """A maker of the `Eagle2Drafter` whose drafting time is measured at (top_k, depth)."""
+    from minieagle.drafters.eagle2 import Eagle2Drafter
+
+    total = max(top_k + 1, depth + 2, 26)
+    return lambda: Eagle2Drafter(
+        target, config, head, head_cfg, vocab, depth=depth, top_k=top_k, total_tokens=total,
+        sampled_tree=sampled_tree,
+    )  # fmt: skip
+
+
+def _propose_ms(target, config, prompts, sampling, make_drafter, new_tokens: int = 24) -> float:
+    """Median ms of one drafter's propose over a short decoding of the first two prompts (the
+    first cycle, whose catch-up reads the whole prompt, left out), or with make_drafter None,
+    median ms per vanilla token."""
+    from minieagle.generate import generate
+
+    times = []
+    for i, (_, ids) in enumerate(prompts[:2]):
+        drafter = None if make_drafter is None else make_drafter()
+        timed = drafter if drafter is None else _TimedDrafter(drafter)
+        result = generate(target, config, ids, drafter=timed, max_new_tokens=new_tokens,
+                          sampling=sampling, seed=i, stop_at_eos=False)  # fmt: skip
+        if timed is None:
+            times.append(1e3 * result.decode_seconds / max(1, len(result.tokens)))
+        else:
+            times += timed.propose_ms[1:]
+    return statistics.median(times)
 
 
 def expected_accepted(pool: Pool, on_path, depth: int, drafts: int) -> float:
     """Expected accepted drafts of the tree the drafter builds from `pool` with `depth`
     expansion steps and `drafts` = total_tokens - 1: its ranking (the pool's scores) picks the
     candidates no deeper than depth + 1; each counts on_path(V), the chance that a node of
-    value V = exp(score) is on the accepted path (a fitted `Calibration`)."""
+    value V = exp(score) is on the accepted path (a fitted `Calibration`, or a
+    `PathAcceptance`, which reads the nodes' depths too)."""
     depths = pool_depths(pool.parents)
     n = int(np.count_nonzero(depths <= depth + 1))  # a prefix: the pool grows level by level
     if n == 0:
         return 0.0
     chosen = rerank(pool.scores[:n], pool.parents[:n], drafts)
-    return float(on_path(np.exp(pool.scores[chosen])).sum())
+    values = np.exp(pool.scores[chosen])
+    if isinstance(on_path, PathAcceptance):
+        return float(on_path(values, depths[chosen]).sum())
+    return float(on_path(values).sum())
 
 
 def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *,
@@ -288,16 +360,13 @@ def measure_sizing(
 ) -> dict:
     """Every measurement the choice needs, as plain JSON-ready data: verify ms by N, the loop
     overhead, draft ms by (k, d), and τ̂ by (k, d, N) from one calibration run per top_k."""
-    from minieagle.bench import measure_decode
-
     target = inference.prepare(target, config)
     sizes = sorted({1, *sizes})
     bar = _progress(progress, total=2 + len(candidate_top_k))
     verify_ms = measure_verify_ms(target, config, prompts[0][1], sizes)
     bar.update(1)
-    decode = measure_decode(target, config, [ids for _, ids in prompts[:2]], new_tokens=32,
-                            repeats=3)  # fmt: skip
-    loop_ms = max(0.0, decode["ms_per_token"]["median"] - verify_ms[1])
+    vanilla_ms = _propose_ms(target, config, prompts, sampling, None)  # ms per vanilla token
+    loop_ms = max(0.0, vanilla_ms - verify_ms[1])
     bar.update(1)
     runs = {}
     for k in candidate_top_k:
@@ -307,15 +376,19 @@ def measure_sizing(
         bar.update(1)
     bar.close()
     draft_ms, tau = {}, {}
-    for k, (pools, records, propose_ms, level_ms) in runs.items():
-        # g(V) of this top_k's own runs: how a node's value maps to its chance of being on the
-        # accepted path depends on its siblings' ranks (a head's top-1 token is accepted more
-        # often than its q says, a lower-ranked one less), so each tree shape keeps its own map
-        on_path = fit_calibration(records, setting=setting_name(sampling))
+    for k, (pools, on_path, deepest_ms, _) in runs.items():
+        # One map per top_k: how a node's value maps to its chance of being on the accepted
+        # path depends on its siblings' ranks (a head's top-1 token is accepted more often
+        # than its q says, a lower-ranked one less), so each tree shape keeps its own.
+        # Drafting cost: timed at depth 1 and (in the calibration run) at the deepest depth,
+        # straight in between (each level one head forward of k nodes).
+        make = timing_drafter(target, config, head, head_cfg, vocab, k, 1, sampled_tree)
+        shallow_ms = _propose_ms(target, config, prompts, sampling, make)
         for d in range(1, max_depth + 1):
-            draft_ms[k, d] = max(0.0, propose_ms - (max_depth - d) * level_ms)
+            share = (d - 1) / max(1, max_depth - 1)
+            draft_ms[k, d] = shallow_ms + share * (deepest_ms - shallow_ms)
             for n in sizes:
-                if n < 2 or k > n - 1:
+                if n < 2 or k > n - 1 or n - 1 > k + d * k * k:  # k + d k^2: the pool's size
                     continue
                 accepted = [expected_accepted(pool, on_path, d, n - 1) for pool in pools]
                 tau[k, d, n] = 1.0 + float(np.mean(accepted))
@@ -324,7 +397,7 @@ def measure_sizing(
         "loop_ms": loop_ms,
         "draft_ms": draft_ms,
         "tau": tau,
-        "calibration_records": sum(len(run[1]) for run in runs.values()),
+        "calibration_records": sum(run[1].records for run in runs.values()),
         "cycles": {k: len(run[0]) for k, run in runs.items()},
     }
 

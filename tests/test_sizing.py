@@ -450,11 +450,17 @@ def _check_measured(m, ks, max_depth, sizes) -> None:
     assert m["loop_ms"] >= 0
     assert set(m["draft_ms"]) == {(k, d) for k in ks for d in range(1, max_depth + 1)}
     assert all(v >= 0 for v in m["draft_ms"].values())
-    want = {(k, d, n) for k in ks for d in range(1, max_depth + 1) for n in sizes if n >= k + 1}
+    want = {  # every tree of N nodes the pool of k + d k^2 candidates can fill
+        (k, d, n)
+        for k in ks
+        for d in range(1, max_depth + 1)
+        for n in sizes
+        if k + 1 <= n <= 1 + k + d * k * k
+    }
     assert set(m["tau"]) == want
     for (k, d, n), t in m["tau"].items():
         assert 1.0 <= t <= n, f"τ̂{(k, d, n)} = {t} outside [1, {n}]"
-        for bigger in (b for b in sizes if b > n):
+        for bigger in (b for b in sizes if b > n and (k, d, b) in m["tau"]):
             assert t <= m["tau"][k, d, bigger] + 1e-12, f"τ̂ falls from N={n} to {bigger}"
         if d < max_depth:
             assert t <= m["tau"][k, d + 1, n] + 1e-12, f"τ̂ falls from depth {d} to {d + 1}"
@@ -811,3 +817,21 @@ def test_inconsistent_sizer_options_are_refused():
         _sized_eagle2(_sizing(), top_k=5, total_tokens=5)
     with pytest.raises(InvalidInputError):
         _sized_eagle2(_sizing(), depth=0)
+
+
+def test_path_acceptance_reads_the_depth_where_the_value_says_nothing():
+    """Every node scores V = 1 (a sampled tree's first draws), but depth-1 nodes are always on
+    the accepted path and depth-2 nodes never: the per-depth maps tell them apart, where a
+    single map over all depths (the negative control) cannot; a depth with fewer than
+    MIN_RECORDS records falls back to the map over all depths."""
+    from minieagle.calibration import fit_calibration
+
+    enough = sizing.PathAcceptance.MIN_RECORDS
+    records = [(1.0, True)] * enough + [(1.0, False)] * enough + [(1.0, False)] * 3
+    depths = [1] * enough + [2] * enough + [3] * 3
+    g = sizing.PathAcceptance(records, depths, "T=1")
+    at = g(np.ones(3), np.asarray([1, 2, 3]))
+    assert at[0] > 0.9 and at[1] < 0.1
+    assert at[2] == pytest.approx(float(g.pooled(np.ones(1))[0]))
+    single = fit_calibration(records, setting="T=1")(np.ones(2))
+    assert single[0] == single[1]
