@@ -65,14 +65,18 @@ def prepare_layer(params: dict, prefix: str) -> PreparedLayer:
 
 
 ROWS_FOR_TRANSPOSED_PRODUCT = 8
+SMALL_WEIGHT = 1 << 17  # entries (512 KB in float32)
 
 
 def linear(x, weight):
-    """x [T, in] @ weight [in, out] -> [T, out]. From 8 rows on, computed as (weight.T @ x.T).T
-    (views, no copy): OpenBLAS then takes a kernel that was 1.0-1.9 times faster for 8-64 rows
-    of our shapes on the reference CPU (docs/speed.md); below 8 rows the direct product is as
-    fast. The values are the same product, summed in another order."""
-    if x.shape[0] < ROWS_FOR_TRANSPOSED_PRODUCT:
+    """x [T, in] @ weight [in, out] -> [T, out]. From 8 rows on, a small weight (at most
+    SMALL_WEIGHT entries: the shipped tiny target's) is applied as (weight.T @ x.T).T (views,
+    no copy): OpenBLAS then takes a kernel that made the tiny target's 16- to 64-token forwards
+    8-15 % faster on the reference CPU, while for SmolLM2's larger weights it made a 64-token
+    forward 1.5 times slower (docs/speed.md). The values are the same product, summed in
+    another order."""
+    rows = x.shape[0]
+    if rows < ROWS_FOR_TRANSPOSED_PRODUCT or weight.shape[0] * weight.shape[1] > SMALL_WEIGHT:
         return x @ weight
     return (weight.T @ x.T).T
 
