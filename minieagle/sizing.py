@@ -11,25 +11,30 @@ A speculative cycle drafts a tree, verifies it in one target forward and emits, 
   grows with N, on a GPU it is nearly flat, so the best N differs by machine, EAGLE-2 §5.3);
 - loop: the speculative loop's own work per cycle (verification, cache surgery), measured as a
   vanilla step minus a one-token forward; step = verify(1) + loop is one vanilla step;
-- draft(k, d): drafting with top_k = k and depth = d, measured: the catch-up forward, d
-  expansion levels of k nodes each, tree building;
+- draft(k, d): drafting with top_k = k and depth = d (the catch-up forward, d expansion
+  levels of k nodes each, tree building), timed at depth 1 and at the deepest depth, straight
+  in between;
 - τ̂(k, d, N) = 1 + the expected number of accepted drafts of the tree EAGLE-2 would build:
   the N - 1 best candidates (by the drafter's own ranking, the value V = Π q along the path) of
-  the pool cut to depth d + 1, each counted with g(V), the observed chance that a node of value
-  V lies on the accepted path (an isotonic fit, `minieagle.calibration.fit_calibration`, of
-  every verified node's (V, on the accepted path) in the same runs). Fitting g on whole paths
+  the pool cut to depth d + 1, each counted with g(V, depth), the observed chance that a node
+  of value V at that depth lies on the accepted path (`PathAcceptance`: isotonic fits,
+  `minieagle.calibration.fit_calibration`, of every verified node's (V, on the accepted path)
+  in the same top_k's runs, one per depth with enough records). Fitting g on whole paths
   rather than multiplying per-token acceptance rates keeps the correlation along a path: at
   T = 0 a stretch the head predicts well is accepted token after token, and a product of
-  independent per-token rates would underestimate deep chains.
+  independent per-token rates underestimated deep chains; one map per top_k, because a node's
+  chance depends on its siblings' ranks as well as its value.
 
 One calibration run per candidate top_k (`CANDIDATE_TOP_K`) at the deepest depth records every
-cycle's pool and the drafting times; smaller depths and tree sizes are read from those pools, so
-the search costs a few generations, not one per configuration. top_k = 1 makes the tree a chain
-of the head's top-1 tokens: its best length is EAGLE-1's chain length (`Sizing.chain`).
+cycle's pool; smaller depths and tree sizes are read from those pools, so the search costs a
+few generations, not one per configuration. top_k = 1 makes the tree a chain of the head's
+top-1 tokens (with the `sampled_tree` option at T > 0: EAGLE-1's sampled chain): its best
+length is EAGLE-1's chain length (`Sizing.chain`). Drafting nothing (vanilla, speedup 1) is
+always a candidate, so sized automatically a drafter is never expected to be slower.
 
-`auto_size` caches the result per machine, target, head and sampling setting
-(~/.cache/minieagle/sizing/, override with MINIEAGLE_CACHE): the measurements take a minute
-once, then the sizes load instantly.
+`auto_size` caches the result per machine, package version, target, head and sampling setting
+(~/.cache/minieagle/sizing/, override with MINIEAGLE_CACHE): the measurements take about 20 s
+per head and setting for the shipped models, once; then the sizes load instantly.
 """
 
 from __future__ import annotations

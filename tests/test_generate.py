@@ -227,3 +227,17 @@ def test_bad_requests_are_refused_with_a_fix(prompt, max_new_tokens, message):
     with pytest.raises(ValueError) as error:
         generate(PARAMS, CONFIG, prompt, max_new_tokens=max_new_tokens)
     assert message in str(error.value)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_the_fast_and_the_readable_path_emit_the_same_tokens(temperature):
+    """generate on the fast inference path (the default) and on the readable model.forward
+    (fast=False) emit the same tokens in float64, greedy and sampled with one seed."""
+    sampling = SamplingParams(temperature=temperature)
+    runs = [
+        generate(PARAMS, CONFIG, [1, 40, 41, 42], max_new_tokens=16, sampling=sampling, seed=3,
+                 stop_at_eos=False, fast=fast).tokens  # fmt: skip
+        for fast in (True, False)
+    ]
+    assert runs[0] == runs[1]
+    assert runs[0] == greedy_reference(PARAMS, CONFIG, [1, 40, 41, 42], 16) or temperature > 0
