@@ -234,9 +234,9 @@ def test_the_fast_and_the_readable_path_emit_the_same_tokens(temperature):
     """generate on the fast inference path (the default) and on the readable model.forward
     (fast=False) emit the same tokens in float64, greedy and sampled with one seed."""
     sampling = SamplingParams(temperature=temperature)
+    options = dict(max_new_tokens=16, sampling=sampling, seed=3, stop_at_eos=False)
     runs = [
-        generate(PARAMS, CONFIG, [1, 40, 41, 42], max_new_tokens=16, sampling=sampling, seed=3,
-                 stop_at_eos=False, fast=fast).tokens  # fmt: skip
+        generate(PARAMS, CONFIG, [1, 40, 41, 42], fast=fast, **options).tokens
         for fast in (True, False)
     ]
     assert runs[0] == runs[1]
