@@ -16,7 +16,7 @@ along its path. Each cycle (`propose`):
    shallower node) under the root form the tree (`minieagle.dynamic_tree`).
 
 Every pick is deterministic, so the tree carries no proposals: the verifier uses the q = 1 rule,
-lossless at any temperature (facts sheet §2.5). Head forwards per cycle: 1 + depth (fewer near
+lossless at any temperature (docs/lossless.md). Head forwards per cycle: 1 + depth (fewer near
 the end of the context, where `max_nodes` leaves no room for the deeper levels).
 
 Two options, both off by default (docs/calibration.md):
