@@ -268,6 +268,24 @@ class LazyLogits:
         return self.rows[i]
 
 
+@dataclass(frozen=True)
+class TargetView:
+    """What a draft head reads of its target: the parameters and the LM head `[d, V]` laid out
+    for the fast path. `head_view` gives a `PreparedTarget` unchanged (it has both) and
+    otherwise copies only the LM head, not the whole target."""
+
+    params: dict
+    lm_head: object
+
+
+def head_view(target, config: LlamaConfig):
+    """The target as a head needs it: a `PreparedTarget` as it is, or a `TargetView` of
+    parameters (their LM head transposed once)."""
+    if isinstance(target, PreparedTarget | TargetView):
+        return target
+    return TargetView(target, contiguous(model.lm_head_weight(target).T))
+
+
 def prepare(params, config: LlamaConfig) -> PreparedTarget:
     """The inference view of a Llama target's parameters (prepare again after changing them:
     the module docstring says which arrays are copies); a view already prepared for this

@@ -34,7 +34,7 @@ from minieagle.sampling import Randomness, SamplingParams, target_distribution, 
 
 class Eagle1Head:
     """EAGLE-1's head as a drafter drives it (see the module docstring). target: the
-    target's `inference.PreparedTarget`; the head runs on the fast path too
+    target's `inference.PreparedTarget` or `TargetView`; the head runs on the fast path too
     (`inference.PreparedEagle1Head`, sharing the target's prepared LM head)."""
 
     def __init__(self, target, target_config: LlamaConfig, head, cfg: Eagle1Config, vocab):
@@ -124,21 +124,23 @@ HEAD_ADAPTERS = {Eagle1Config: Eagle1Head, eagle3.Eagle3Config: Eagle3Head}
 
 
 def draft_head(target, target_config: LlamaConfig, head, head_cfg, vocab=None):
-    """The adapter for a head (`HEAD_ADAPTERS`), checked against the target (its parameters
-    or their `inference.prepare` view)."""
+    """The adapter for a head (`HEAD_ADAPTERS`), checked against the target (its parameters,
+    or their `inference.prepare` view, whose LM head it then shares)."""
     adapter = HEAD_ADAPTERS.get(type(head_cfg))
     if adapter is None:
         raise InvalidInputError(
             f"head_cfg is a {type(head_cfg).__name__}; expected one of "
             f"{[c.__name__ for c in HEAD_ADAPTERS]} (load a head with its own loader)"
         )
-    return adapter(inference.prepare(target, target_config), target_config, head, head_cfg, vocab)
+    return adapter(inference.head_view(target, target_config), target_config, head, head_cfg, vocab)
 
 
 class HeadDrafter:
     """What every head-based drafter shares: the head KV cache holding only committed real
     pairs, the catch-up forward, and one head forward over a level of tree nodes with the tree
-    mask and depth positions. Subclasses build the tree (`propose`). head, head_cfg: the trained
+    mask and depth positions. Subclasses build the tree (`propose`). target_params: the target's
+    parameters, or their `inference.prepare` view (its LM head is then shared, not copied again:
+    pass the view when drafting from a large target). head, head_cfg: the trained
     head and its config (`Eagle1Config` or `Eagle3Config`); vocab: an EAGLE-3 head's
     `DraftVocab` (None = the target's whole vocabulary).
 
@@ -150,7 +152,7 @@ class HeadDrafter:
     draft_slots: int = 0  # head-cache room for draft pairs beyond one pair per target position
 
     def __init__(self, target_params, target_config: LlamaConfig, head: dict, head_cfg, vocab=None):
-        target = inference.prepare(target_params, target_config)  # the view, if not given one
+        target = inference.head_view(target_params, target_config)  # LM head [d, V] once
         target_params = target.params
         self.draft = draft_head(target, target_config, head, head_cfg, vocab)
         self.feature_keys = self.draft.feature_keys
