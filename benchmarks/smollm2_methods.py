@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from minieagle import inference
 from minieagle.bench import _ood_records, format_cost_curve, machine_info, measure_cost_curve
 from minieagle.bench_methods import compare_methods, format_report
 from minieagle.chat import encode_chat, load_chat_template
@@ -76,6 +77,7 @@ def main(argv=None) -> int:
     params, config, tokenizer = load_checkpoint(args.model, dtype=np.float32)
     template = load_chat_template(args.model, tokenizer)
     prompts = chat_prompts(tokenizer, template)
+    params = inference.prepare(params, config)  # once: every generate and head shares it
     target = (params, config)
     methods = {"vanilla": lambda: None}
     if Path(args.eagle1_head, "model.safetensors").is_file():

@@ -52,12 +52,10 @@ from pathlib import Path
 import numpy as np
 
 from minieagle import __version__, inference
-from minieagle.backend import synchronize, to_device
 from minieagle.calibration import fit_calibration, setting_name
 from minieagle.config import LlamaConfig
 from minieagle.dynamic_tree import Pool, pool_depths, rerank
 from minieagle.errors import InvalidInputError
-from minieagle.kvcache import KVCache
 from minieagle.sampling import SamplingParams
 from minieagle.tree import children, depths
 
@@ -106,33 +104,12 @@ class Sizing:
 
 
 def measure_verify_ms(target, config: LlamaConfig, prompt, sizes, *, repeats: int = 5) -> dict:
-    """Median ms of one fast-path target forward over N chain tokens (same matmul shapes as
-    any tree of N nodes) after `prompt` is cached, for each N in sizes -> {N: ms}."""
-    from minieagle import tree as trees
+    """{N: median ms} of one fast-path verification forward over N tokens after `prompt`
+    (`bench.measure_verify_cost`, which the cost curves of the docs come from)."""
+    from minieagle.bench import measure_verify_cost
 
-    target = inference.prepare(target, config)
-    embed = target.embed
-    cache = KVCache.for_model(config, target.params, capacity=len(prompt) + max(sizes))
-    target.forward(to_device(prompt, embed), cache=cache)
-    cached = cache.length
-    times = {n: [] for n in sizes}
-    for _ in range(repeats):
-        for n in sizes:
-            # The prompt's own tokens, cycled: one token repeated N times made SmolLM2's
-            # 64-token forward 1.7 times slower on this CPU (a value-dependent slow path)
-            chain = trees.Tree.chain(prompt[-1], [int(t) for t in np.resize(prompt, n - 1)])
-            tokens = to_device(chain.tokens, embed)
-            positions = to_device(trees.position_ids(chain, cached), embed)
-            mask = to_device(trees.attention_mask(chain, cached), embed)
-            synchronize(embed)
-            start = time.perf_counter()
-            logits, _ = target.forward(
-                tokens, position_ids=positions, attention_mask=mask, cache=cache
-            )
-            synchronize(logits)
-            times[n].append(1e3 * (time.perf_counter() - start))
-            cache.crop(cached)
-    return {n: statistics.median(t) for n, t in times.items()}
+    measured = measure_verify_cost(target, config, prompt, sizes=sizes, repeats=repeats, fast=True)
+    return {int(n): spread["median"] for n, spread in measured["ms"].items()}
 
 
 class _TimedDrafter:
@@ -211,25 +188,12 @@ def calibration_run(
     a tree large enough never to cut the expansion (sampled_tree: its option, which at T > 0
     with top_k = 1 is EAGLE-1's sampled chain). Returns (pools, the `PathAcceptance` fitted
     on every verified node, median propose ms, median level ms)."""
-    from minieagle.drafters.eagle2 import Eagle2Drafter
     from minieagle.generate import generate
 
     pools, records, node_depths, propose, level = [], [], [], [], []
-    total = max(top_k + 1, depth + 2, 26)
+    make = tree_drafter(target, config, head, head_cfg, vocab, top_k, depth, sampled_tree)
     for i, (_, ids) in enumerate(prompts):
-        drafter = _TimedDrafter(
-            Eagle2Drafter(
-                target,
-                config,
-                head,
-                head_cfg,
-                vocab,
-                depth=depth,
-                top_k=top_k,
-                total_tokens=total,
-                sampled_tree=sampled_tree,
-            )  # fmt: skip
-        )
+        drafter = _TimedDrafter(make())
         generate(target, config, ids, drafter=drafter, max_new_tokens=new_tokens,
                  sampling=sampling, seed=seed + i, stop_at_eos=False)  # fmt: skip
         pools += drafter.pools
@@ -276,9 +240,10 @@ class PathAcceptance:
         return out
 
 
-def timing_drafter(target, config, head, head_cfg, vocab, top_k: int, depth: int,
+def tree_drafter(target, config, head, head_cfg, vocab, top_k: int, depth: int,
                    sampled_tree: bool):  # fmt: skip
-    """A maker of the `Eagle2Drafter` whose drafting time is measured at (top_k, depth)."""
+    """A maker of the `Eagle2Drafter` the sizing measures at (top_k, depth): a tree large
+    enough (26 nodes, at least) never to cut the expansion."""
     from minieagle.drafters.eagle2 import Eagle2Drafter
 
     total = max(top_k + 1, depth + 2, 26)
@@ -296,8 +261,7 @@ def _propose_ms(target, config, prompts, sampling, make_drafter, new_tokens: int
 
     times = []
     for i, (_, ids) in enumerate(prompts[:2]):
-        drafter = None if make_drafter is None else make_drafter()
-        timed = drafter if drafter is None else _TimedDrafter(drafter)
+        timed = None if make_drafter is None else _TimedDrafter(make_drafter())
         result = generate(target, config, ids, drafter=timed, max_new_tokens=new_tokens,
                           sampling=sampling, seed=i, stop_at_eos=False)  # fmt: skip
         if timed is None:
@@ -389,7 +353,7 @@ def measure_sizing(
         # than its q says, a lower-ranked one less), so each tree shape keeps its own.
         # Drafting cost: timed at depth 1 and (in the calibration run) at the deepest depth,
         # straight in between (each level one head forward of k nodes).
-        make = timing_drafter(target, config, head, head_cfg, vocab, k, 1, sampled_tree)
+        make = tree_drafter(target, config, head, head_cfg, vocab, k, 1, sampled_tree)
         shallow_ms = _propose_ms(target, config, prompts, sampling, make)
         for d in range(1, max_depth + 1):
             share = (d - 1) / max(1, max_depth - 1)
