@@ -240,4 +240,5 @@ def test_the_fast_and_the_readable_path_emit_the_same_tokens(temperature):
         for fast in (True, False)
     ]
     assert runs[0] == runs[1]
-    assert runs[0] == greedy_reference(PARAMS, CONFIG, [1, 40, 41, 42], 16) or temperature > 0
+    if temperature == 0:
+        assert runs[0] == greedy_reference(PARAMS, CONFIG, [1, 40, 41, 42], 16)
