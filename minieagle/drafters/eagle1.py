@@ -62,16 +62,13 @@ class Eagle1Drafter(HeadDrafter):
     def begin(self, prompt_ids, features, sampling) -> None:
         if self.sizer is not None:  # the chain length sized for this setting (minieagle.sizing)
             self.sizing = self.sizer(sampling)
-            chain = self.sizing.chain  # 0: no chain pays on this machine, draft nothing
+            chain = self.sizing.chain
+            self.drafts_nothing = chain == 0  # no chain pays on this machine
             self.paths = resolve_tree(f"chain:{chain}") if chain else ()
         super().begin(prompt_ids, features, sampling)
 
-    def accept(self, tokens, features, next_token: int) -> None:
-        if self.paths:  # with no tree to draft there is nothing to catch up on
-            super().accept(tokens, features, next_token)
-
     def propose(self, root: int, rng: Randomness, max_nodes: int) -> Tree:
-        if not self.paths or not self._start_cycle(max_nodes):
+        if not self._start_cycle(max_nodes):
             return Tree(np.asarray([root]), np.asarray([-1]))
         budget = min(max_nodes - 1, self.cache.capacity - self.cache.length)
         # A prefix of the sorted paths is a tree: the deepest, least likely nodes go first.

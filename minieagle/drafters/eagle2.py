@@ -156,15 +156,14 @@ class Eagle2Drafter(HeadDrafter):
             self.sizing = self.sizer(sampling)
             self.depth, self.top_k = self.sizing.depth, self.sizing.top_k
             self.total_tokens = self.sizing.total_tokens
-            if self.total_tokens > 1:  # 1: no tree pays on this machine, draft nothing
+            self.drafts_nothing = self.total_tokens == 1  # no tree pays on this machine
+            if not self.drafts_nothing:
                 _check_sizes(self.depth, self.top_k, self.total_tokens)
         self.draft_slots = self.depth * self.top_k  # the frontier nodes fed to the head a cycle
         super().begin(prompt_ids, features, sampling)
 
     def propose(self, root: int, rng: Randomness, max_nodes: int) -> Tree:
         self._verified, self.pool, self.selected = None, None, None
-        if self.total_tokens == 1:  # sized to draft nothing: vanilla decoding
-            return Tree(np.asarray([root]), np.asarray([-1]))
         if not self._start_cycle(max_nodes):
             return Tree(np.asarray([root]), np.asarray([-1]))
         drafts = min(self.total_tokens, max_nodes) - 1
@@ -194,8 +193,6 @@ class Eagle2Drafter(HeadDrafter):
         return tree
 
     def accept(self, tokens, features, next_token: int) -> None:
-        if self.total_tokens == 1:  # nothing drafted, nothing to catch up on
-            return
         if self._verified is not None:
             self.calibration_records += _reached_nodes(*self._verified, tokens)
             self._verified = None

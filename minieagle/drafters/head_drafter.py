@@ -150,6 +150,7 @@ class HeadDrafter:
     """
 
     draft_slots: int = 0  # head-cache room for draft pairs beyond one pair per target position
+    drafts_nothing: bool = False  # sized (minieagle.sizing) to draft no tree: vanilla decoding
 
     def __init__(self, target_params, target_config: LlamaConfig, head: dict, head_cfg, vocab=None):
         target = inference.head_view(target_params, target_config)  # LM head [d, V] once
@@ -184,6 +185,8 @@ class HeadDrafter:
         self.pending_features = [self.draft.features(features)] if self.pending_tokens else []
 
     def accept(self, tokens, features, next_token: int) -> None:
+        if self.drafts_nothing:  # no tree is drafted, so there is nothing to catch up on
+            return
         self.cache.crop(self.committed)
         # Pairs (f(tokens[i]), tokens[i+1]) and (f(tokens[-1]), next_token).
         self.pending_tokens += [*(int(t) for t in tokens[1:]), int(next_token)]
@@ -191,10 +194,10 @@ class HeadDrafter:
 
     def _start_cycle(self, max_nodes: int) -> bool:
         """Drop earlier draft slots and catch up; False when no tree can be drafted (no room
-        for a draft, or a one-token prompt with no feature yet)."""
+        for a draft, a one-token prompt with no feature yet, or `drafts_nothing`)."""
         self.cache.crop(self.committed)  # no draft slots from an earlier call
         self._draft_rows = None
-        if max_nodes < 2:
+        if max_nodes < 2 or self.drafts_nothing:
             return False
         self._catch_up()
         return self.root_prediction is not None
