@@ -181,16 +181,19 @@ def device_module(device: str):
     return cupy
 
 
-def put(tree, xp):
+def put(tree, xp, device=None):
     """A copy of `tree` (dicts, lists, tuples) with every NumPy array moved to module `xp`
-    (numpy: kept as is; cupy: copied to the current GPU). Other leaves are kept, so a head's
+    (numpy: kept as is; cupy: copied to the current GPU; an array-API namespace: to `device`,
+    e.g. array-api-strict's fake device in the test lane). Other leaves are kept, so a head's
     config and its draft vocabulary travel unchanged."""
     if isinstance(tree, np.ndarray):
-        return tree if xp is np else xp.asarray(tree)
+        if xp is np:
+            return tree
+        return xp.asarray(tree) if device is None else xp.asarray(tree, device=device, copy=True)
     if isinstance(tree, dict):
-        return {key: put(value, xp) for key, value in tree.items()}
+        return {key: put(value, xp, device) for key, value in tree.items()}
     if isinstance(tree, list | tuple):
-        return type(tree)(put(value, xp) for value in tree)
+        return type(tree)(put(value, xp, device) for value in tree)
     return tree
 
 

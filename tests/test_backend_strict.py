@@ -34,13 +34,7 @@ def _no_data_dependent_shapes():
 
 def _to_strict(tree):
     """NumPy arrays (in dicts, lists, tuples) -> strict arrays on device1; other leaves as-is."""
-    if isinstance(tree, np.ndarray):
-        return xp.asarray(tree, device=DEVICE, copy=True)
-    if isinstance(tree, dict):
-        return {key: _to_strict(value) for key, value in tree.items()}
-    if isinstance(tree, list | tuple):
-        return type(tree)(_to_strict(value) for value in tree)
-    return tree
+    return backend.put(tree, xp, DEVICE)
 
 
 def _assert_same(strict, reference, where: str = "out") -> None:

@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minieagle import inference, model
-from minieagle.backend import to_host, zeros
+from minieagle.backend import put, to_host, zeros
 from minieagle.config import LlamaConfig, preset
 from minieagle.errors import InvalidInputError
 from minieagle.heads import eagle1, eagle3
@@ -465,13 +465,7 @@ def test_prepared_target_and_heads_on_the_strict_device_equal_numpy():
     device = xp.Device("device1")
 
     def to_strict(tree):
-        if isinstance(tree, np.ndarray):
-            return xp.asarray(tree, device=device, copy=True)
-        if isinstance(tree, dict):
-            return {key: to_strict(value) for key, value in tree.items()}
-        if isinstance(tree, list | tuple):
-            return type(tree)(to_strict(value) for value in tree)
-        return tree
+        return put(tree, xp, device)
 
     def on_device(tree):
         leaves = tree.values() if isinstance(tree, dict) else tree
