@@ -842,7 +842,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32")
     p.add_argument("--quiet", action="store_true", help="no progress bar or notes")
     p.set_defaults(func=cmd_import)
+    p = sub.add_parser(
+        "assignment",
+        help="course assignments: list them, make a student folder, grade a submission "
+        "(docs/assignments.md)",
+    )
+    p.add_argument("action", choices=["list", "make", "grade"])
+    p.add_argument("name", nargs="?", help="the assignment (see `minieagle assignment list`)")
+    p.add_argument("folder", nargs="?", help="make: the new student folder; grade: a submission")
+    p.add_argument("--json", help="grade: also write the per-test results to this JSON file")
+    p.set_defaults(func=cmd_assignment)
     return parser
+
+
+def cmd_assignment(args) -> int:
+    """`minieagle assignment list | make NAME FOLDER | grade NAME FOLDER`."""
+    from minieagle.assignments import grader
+
+    if args.action == "list":
+        for name in grader.NAMES:
+            print(f"{name:<14} {grader.get(name).title}")
+        return 0
+    if args.name is None or args.folder is None:
+        return _fail(f"`minieagle assignment {args.action}` needs NAME and FOLDER, e.g. "
+                     f"`minieagle assignment {args.action} verifier hw-verifier`")  # fmt: skip
+    try:
+        if args.action == "make":
+            folder = grader.make(args.name, args.folder)
+            print(f"wrote {folder}: README.md (the handout), submission/, test_public.py")
+            return 0
+        report = grader.grade(args.name, args.folder)
+    except (ValueError, FileNotFoundError, FileExistsError) as error:
+        return _fail(str(error))
+    print(report.text())
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.results, indent=1), encoding="utf-8")
+    return 0
 
 
 def _fail(message: str) -> int:

@@ -44,6 +44,7 @@ def residual(p: np.ndarray, q: np.ndarray | None, token: int) -> np.ndarray:
     If the residual has no mass the rejection had probability 0 (it cannot happen exactly; it can
     only appear through rounding), and p is returned unchanged.
     """
+    ### BEGIN SOLUTION verifier
     if q is None:
         r = p.copy()
         r[token] = 0.0
@@ -51,18 +52,21 @@ def residual(p: np.ndarray, q: np.ndarray | None, token: int) -> np.ndarray:
         r = np.maximum(p - q, 0.0)
     total = r.sum()
     return r / total if total > 0 else p
+    ### END SOLUTION
 
 
 def acceptance_probability(p: np.ndarray, q: np.ndarray | None, token: int) -> float:
     """min(1, p(x) / q(x)); q = None means a deterministic candidate (q(x) = 1)."""
-    if q is None:
-        return float(min(1.0, p[token]))
-    if q[token] <= 0:
+    if q is not None and q[token] <= 0:
         raise InvalidInputError(
             f"candidate token {token} has proposal probability q={q[token]}; a sampled "
             "candidate must come from the q it carries (pass q=None for deterministic picks)"
         )
+    ### BEGIN SOLUTION verifier
+    if q is None:
+        return float(min(1.0, p[token]))
     return float(min(1.0, p[token] / q[token]))
+    ### END SOLUTION
 
 
 def verify(tree: Tree, target_probs: np.ndarray, rng: Randomness) -> Verdict:
@@ -78,6 +82,7 @@ def verify(tree: Tree, target_probs: np.ndarray, rng: Randomness) -> Verdict:
             f"target_probs has {len(target_probs)} rows for {len(tree)} nodes; "
             "pass the target distribution at every node"
         )
+    ### BEGIN SOLUTION verifier
     kids = children(tree)
     node, accepted = 0, []
     while True:
@@ -94,3 +99,4 @@ def verify(tree: Tree, target_probs: np.ndarray, rng: Randomness) -> Verdict:
             p = residual(p, q, token)
         else:
             return Verdict(accepted, int(rng.draw(p)))
+    ### END SOLUTION

@@ -1,0 +1,215 @@
+"""Make a student folder for an assignment, and grade a submission against the hidden tests.
+
+Each assignment is a folder next to this file, `minieagle/assignments/<name>/`, holding:
+
+    __init__.py      TITLE, FILES (library files with its solution regions), PLANTED_BUGS
+    handout.md       what to build, in which order, and the written questions
+    answers.md       worked answers to the written questions (for instructors; never copied)
+    test_public.py   tests the student gets
+    test_hidden.py   tests only the grader runs
+
+A student folder (`make`) holds README.md (the handout), `submission/` (the assignment's files with
+its regions stubbed), `test_public.py`, and a conftest.py that makes `import minieagle.<module>`
+load the files in `submission/`. `grade` copies a submission's files next to the public and hidden
+tests and runs pytest on them in a fresh interpreter with the scoring plugin; the result is a
+`Report` with a score per test.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from minieagle.assignments import solutions
+
+HERE = Path(__file__).resolve().parent
+LIBRARY = HERE.parent
+NAMES = ("decoder_layer", "verifier", "draft_model", "eagle1_head", "eagle2_tree", "eagle3_ttt")
+GRADE_TIMEOUT_S = 1800
+
+_CONFTEST = '''"""Makes `import minieagle.<module>` load the files in submission/ (made by minieagle)."""
+
+from pathlib import Path
+
+from minieagle.assignments.overlay import install
+
+install(Path(__file__).parent / "submission")
+pytest_plugins = ["minieagle.assignments.scoring"]
+'''
+_PYTEST_INI = "[pytest]\naddopts = -q -p no:cacheprovider\n"
+
+
+@dataclass(frozen=True)
+class PlantedBug:
+    """A deliberate mistake, made by replacing `old` with `new` once in the reference `file`.
+
+    `hint`: words the grader's report must contain for this bug (what a student would be told)."""
+
+    name: str
+    file: str
+    old: str
+    new: str
+    hint: str
+
+
+@dataclass(frozen=True)
+class Assignment:
+    name: str
+    title: str
+    files: tuple[str, ...]
+    planted_bugs: tuple[PlantedBug, ...]
+
+    @property
+    def folder(self) -> Path:
+        return HERE / self.name
+
+    def reference_sources(self) -> dict[str, str]:
+        """{file: the library's file with its markers removed}: the solution, ready to grade."""
+        return {f: solutions.reference(_read(f), f) for f in self.files}
+
+    def stub_sources(self) -> dict[str, str]:
+        """{file: the library's file with this assignment's regions stubbed}."""
+        return {f: solutions.stub(_read(f), self.name, f) for f in self.files}
+
+    def bug_sources(self, bug: PlantedBug) -> dict[str, str]:
+        """The reference with `bug` planted."""
+        sources = self.reference_sources()
+        text = sources[bug.file]
+        if text.count(bug.old) != 1:
+            raise ValueError(
+                f"planted bug {bug.name!r}: {bug.old!r} occurs {text.count(bug.old)} times in "
+                f"{bug.file}; it must occur exactly once (widen it with surrounding code)"
+            )
+        sources[bug.file] = text.replace(bug.old, bug.new)
+        return sources
+
+
+def _read(file: str) -> str:
+    return (LIBRARY / file).read_text(encoding="utf-8")
+
+
+def get(name: str) -> Assignment:
+    """The assignment called `name` (one of NAMES)."""
+    if name not in NAMES:
+        raise ValueError(
+            f"no assignment called {name!r}; choose one of {', '.join(NAMES)} "
+            "(`minieagle assignment list`)"
+        )
+    spec = importlib.import_module(f"minieagle.assignments.{name}")
+    return Assignment(name, spec.TITLE, tuple(spec.FILES), tuple(spec.PLANTED_BUGS))
+
+
+def _write_sources(folder: Path, sources: dict[str, str]) -> None:
+    for file, text in sources.items():
+        path = folder / file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+
+def make(name: str, out: str | Path) -> Path:
+    """Write the student folder for assignment `name` into `out` (which must not exist yet)."""
+    assignment = get(name)
+    out = Path(out)
+    if out.exists():
+        raise FileExistsError(
+            f"{out} already exists; pass a new folder so nothing a student wrote is overwritten"
+        )
+    out.mkdir(parents=True)
+    _write_sources(out / "submission", assignment.stub_sources())
+    handout = (assignment.folder / "handout.md").read_text(encoding="utf-8")
+    files = "\n".join(f"- `submission/{f}` (the library's `minieagle/{f}`)" for f in assignment.files)
+    (out / "README.md").write_text(
+        f"{handout.rstrip()}\n\n## Your files\n\n{files}\n\nEach `raise NotImplementedError` "
+        "marks a part to write. Run the public tests from this folder with `python -m pytest`; "
+        "they import your files in place of minieagle's own. The grader runs more tests.\n",
+        encoding="utf-8",
+    )
+    shutil.copy(assignment.folder / "test_public.py", out / "test_public.py")
+    (out / "conftest.py").write_text(_CONFTEST, encoding="utf-8")
+    (out / "pytest.ini").write_text(_PYTEST_INI, encoding="utf-8")
+    return out
+
+
+@dataclass
+class Report:
+    """The graded tests of one submission."""
+
+    assignment: str
+    results: list[dict] = field(default_factory=list)
+    log: str = ""
+
+    @property
+    def score(self) -> int:
+        return sum(r["points"] for r in self.results if r["passed"])
+
+    @property
+    def total(self) -> int:
+        return sum(r["points"] for r in self.results)
+
+    def failures(self) -> list[dict]:
+        return [r for r in self.results if not r["passed"]]
+
+    def text(self) -> str:
+        """A readable report: one line per test, then why each failed test failed."""
+        lines = [f"{self.assignment}: {self.score} / {self.total} points", ""]
+        width = max((len(r["test"]) for r in self.results), default=10)
+        for r in self.results:
+            got = r["points"] if r["passed"] else 0
+            mark = "pass" if r["passed"] else "FAIL"
+            lines.append(f"  {mark}  {r['test']:<{width}}  {got}/{r['points']}  {r['doc']}")
+        failed = self.failures()
+        if failed:
+            lines += ["", "What went wrong:"]
+            for r in failed:
+                lines.append(f"  {r['test']}: {r['message']}")
+        return "\n".join(lines)
+
+
+def grade_sources(name: str, sources: dict[str, str]) -> Report:
+    """Grade {file: source} (the assignment's files, package-relative) on all its tests."""
+    assignment = get(name)
+    missing = sorted(set(assignment.files) - set(sources))
+    if missing:
+        raise FileNotFoundError(
+            f"the submission lacks {', '.join(missing)}; hand in every file of the assignment "
+            f"({', '.join(assignment.files)})"
+        )
+    with tempfile.TemporaryDirectory(prefix=f"grade-{name}-") as tmp:
+        folder = Path(tmp)
+        _write_sources(folder / "submission", {f: sources[f] for f in assignment.files})
+        for tests in ("test_public.py", "test_hidden.py"):
+            shutil.copy(assignment.folder / tests, folder / tests)
+        (folder / "conftest.py").write_text(_CONFTEST, encoding="utf-8")
+        (folder / "pytest.ini").write_text(_PYTEST_INI, encoding="utf-8")
+        score_file = folder / "scores.json"
+        env = dict(os.environ, MINIEAGLE_SCORE_FILE=str(score_file))
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:randomly", str(folder)],
+            cwd=folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=GRADE_TIMEOUT_S,
+        )
+        log = run.stdout + run.stderr
+        if not score_file.exists():
+            raise RuntimeError(f"grading {name} produced no scores; pytest said:\n{log[-3000:]}")
+        results = json.loads(score_file.read_text(encoding="utf-8"))
+    return Report(name, results, log)
+
+
+def grade(name: str, folder: str | Path) -> Report:
+    """Grade the student folder `folder` (its `submission/`, or the folder itself if it has none)."""
+    folder = Path(folder)
+    root = folder / "submission" if (folder / "submission").is_dir() else folder
+    assignment = get(name)
+    sources = {f: (root / f).read_text(encoding="utf-8") for f in assignment.files if (root / f).exists()}
+    return grade_sources(name, sources)

@@ -1,0 +1,199 @@
+"""The course assignments: stubs made from the library's solution regions, and their autograder.
+
+For every assignment: the reference solution scores full marks, the untouched stub scores zero,
+each planted bug scores partial marks with a report that names the mistake, and a student folder
+made by `make` holds no solution text and passes its public tests only once filled in.
+Each grading runs the assignment's tests in a fresh interpreter, so these tests take a while.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from minieagle.assignments import grader, overlay, solutions
+from minieagle.cli import main
+
+ASSIGNMENTS = [name for name in grader.NAMES if (grader.HERE / name / "__init__.py").exists()]
+LIBRARY = grader.LIBRARY
+
+
+def test_every_assignment_is_present():
+    assert ASSIGNMENTS == list(grader.NAMES), (
+        f"assignments without a folder: {sorted(set(grader.NAMES) - set(ASSIGNMENTS))}"
+    )
+
+
+# ---------------------------------------------------------------------------- markers
+
+
+def test_markers_are_balanced_and_named_in_every_library_file():
+    names = set()
+    for file in sorted(LIBRARY.rglob("*.py")):
+        for region in solutions.regions(file.read_text(encoding="utf-8"), str(file)):
+            names.add(region.name)
+            assert region.name in grader.NAMES, f"{file}: region for unknown assignment {region.name}"
+    assert names == set(ASSIGNMENTS), f"assignments with no solution region: {set(ASSIGNMENTS) - names}"
+
+
+@pytest.mark.parametrize(
+    "source, error",
+    [
+        ("    ### BEGIN SOLUTION verifier\n    x = 1\n", "never closed"),
+        ("    ### END SOLUTION\n", "no region open"),
+        ("    ### BEGIN SOLUTION\n    ### END SOLUTION\n", "without an assignment name"),
+        (
+            "### BEGIN SOLUTION a\n### BEGIN SOLUTION b\n### END SOLUTION\n### END SOLUTION\n",
+            "inside the region",
+        ),
+    ],
+)
+def test_bad_markers_are_refused(source, error):
+    with pytest.raises(solutions.MarkerError, match=error):
+        solutions.regions(source)
+
+
+def test_stub_replaces_only_its_own_regions_and_keeps_indentation():
+    source = (
+        "def f(x):\n"
+        "    ### BEGIN SOLUTION one\n"
+        "    return x + 1\n"
+        "    ### END SOLUTION\n"
+        "\n"
+        "def g(x):\n"
+        "    ### BEGIN SOLUTION two\n"
+        "    return x * 2\n"
+        "    ### END SOLUTION\n"
+    )
+    stubbed = solutions.stub(source, "one")
+    assert "x + 1" not in stubbed and "return x * 2" in stubbed
+    assert "BEGIN SOLUTION" not in stubbed and "END SOLUTION" not in stubbed
+    namespace: dict = {}
+    exec(compile(stubbed, "<stub>", "exec"), namespace)
+    assert namespace["g"](3) == 6
+    with pytest.raises(NotImplementedError, match="one"):
+        namespace["f"](3)
+    assert solutions.solution_text(source, "one") == ["return x + 1"]
+
+
+# ---------------------------------------------------------------------------- the overlay
+
+
+def test_overlay_refuses_a_module_imported_already(tmp_path):
+    (tmp_path / "verify.py").write_text("")
+    import minieagle.verify  # noqa: F401 (imported on purpose)
+
+    with pytest.raises(RuntimeError, match="imported before the submission overlay"):
+        overlay.install(tmp_path)
+
+
+def test_overlay_loads_the_submitted_file(tmp_path):
+    """In a fresh interpreter, `import minieagle.verify` gets the submitted file."""
+    (tmp_path / "verify.py").write_text("SUBMITTED = True\n")
+    code = (
+        "from minieagle.assignments.overlay import install\n"
+        f"install({str(tmp_path)!r})\n"
+        "import minieagle.verify, minieagle.tree\n"
+        "assert minieagle.verify.SUBMITTED\n"
+        "assert not hasattr(minieagle.tree, 'SUBMITTED')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# ---------------------------------------------------------------------------- grading
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_reference_scores_full_marks_and_stub_scores_zero(name):
+    assignment = grader.get(name)
+    reference = grader.grade_sources(name, assignment.reference_sources())
+    assert reference.total > 0 and reference.score == reference.total, reference.text()
+    stub = grader.grade_sources(name, assignment.stub_sources())
+    assert stub.total == reference.total and stub.score == 0, stub.text()
+
+
+PLANTED = [(name, bug) for name in ASSIGNMENTS for bug in grader.get(name).planted_bugs]
+
+
+@pytest.mark.parametrize("name, bug", PLANTED, ids=[f"{n}: {b.name}" for n, b in PLANTED])
+def test_planted_bug_scores_partial_marks_and_is_named(name, bug):
+    report = grader.grade_sources(name, grader.get(name).bug_sources(bug))
+    assert 0 < report.score < report.total, report.text()
+    messages = " | ".join(r["message"] for r in report.failures()).lower()
+    assert bug.hint.lower() in messages, (
+        f"no failure message mentions {bug.hint!r}:\n{report.text()}"
+    )
+
+
+def test_each_assignment_plants_at_least_two_bugs():
+    for name in ASSIGNMENTS:
+        assert len(grader.get(name).planted_bugs) >= 2, f"{name} plants fewer than two bugs"
+
+
+def test_planting_a_bug_that_does_not_match_is_an_error():
+    assignment = grader.get("verifier")
+    bug = grader.PlantedBug("nothing", "verify.py", "no such line\n", "x", "x")
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        assignment.bug_sources(bug)
+
+
+def test_grading_a_submission_without_its_files_is_an_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="lacks verify.py"):
+        grader.grade("verifier", tmp_path)
+
+
+def test_unknown_assignment_is_an_error():
+    with pytest.raises(ValueError, match="no assignment called 'verfier'"):
+        grader.get("verfier")
+
+
+# ---------------------------------------------------------------------------- student folders
+
+
+def _public_tests(folder: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q"], cwd=folder, capture_output=True, text=True
+    )
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_student_folder_has_no_solution_and_passes_only_once_filled_in(name, tmp_path):
+    assignment = grader.get(name)
+    folder = grader.make(name, tmp_path / name)
+    text = "\n".join(p.read_text(encoding="utf-8") for p in folder.rglob("*") if p.is_file())
+    for file in assignment.files:
+        source = (LIBRARY / file).read_text(encoding="utf-8")
+        outside = solutions.stub(source, name)  # what is public anyway: the rest of the file
+        for line in solutions.solution_text(source, name):
+            if len(line) >= 12 and line not in outside:
+                assert line not in text, f"solution line of {file} in the student folder: {line!r}"
+    assert "answers" not in {p.stem for p in folder.rglob("*")}, "instructor answers were copied"
+    assert not any(folder.glob("test_hidden*")), "hidden tests were copied"
+
+    untouched = _public_tests(folder)
+    assert untouched.returncode == 1, untouched.stdout[-2000:]  # 1: tests ran and failed
+    for file, source in assignment.reference_sources().items():
+        (folder / "submission" / file).write_text(source, encoding="utf-8")
+    filled = _public_tests(folder)
+    assert filled.returncode == 0, filled.stdout[-2000:]
+
+
+def test_make_refuses_an_existing_folder(tmp_path):
+    with pytest.raises(FileExistsError, match="already exists"):
+        grader.make("verifier", tmp_path)
+
+
+def test_cli_makes_and_grades(tmp_path, capsys):
+    folder = tmp_path / "hw"
+    assert main(["assignment", "make", "verifier", str(folder)]) == 0
+    shutil.copy(LIBRARY / "verify.py", folder / "submission" / "verify.py")
+    assert main(["assignment", "grade", "verifier", str(folder)]) == 0
+    score = re.search(r"verifier: (\d+) / (\d+) points", capsys.readouterr().out)
+    assert score and score[1] == score[2], "the reference, handed in through the CLI, lost points"
+    assert main(["assignment", "list"]) == 0
+    assert "verifier" in capsys.readouterr().out
