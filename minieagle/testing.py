@@ -13,7 +13,9 @@ point them at a student's verifier:
 
 `one_cycle_law` / `speculative_law` give the exact law of the tokens one cycle / repeated cycles
 emit, `autoregressive_law` the target's; `assert_lossless` (one cycle) and
-`assert_lossless_multi_cycle` compare them. Trees come from a `make_tree(context, rng)` drafter:
+`assert_lossless_multi_cycle` compare them. `assert_efficient` grades what losslessness cannot:
+the exact chance of accepting and expected number of accepted drafts, against a reference.
+Trees come from a `make_tree(context, rng)` drafter:
 `make_topk_tree` (deterministic picks, EAGLE-2/3) and `make_sampled_tree` (with replacement,
 SpecInfer; without, EAGLE-1) build one from any draft distribution, drawing through the enumerated
 rng so the drafting randomness is part of the law. `tv_bound` is the non-flaky threshold for a
@@ -210,6 +212,48 @@ def assert_lossless_multi_cycle(
     as it takes must follow the target's autoregressive law. Returns the TV distance."""
     got = speculative_law(verify_fn, next_dist, make_tree, context, k)
     return _assert_same_law(got, autoregressive_law(next_dist, context, k), tol)
+
+
+def accepted_count_law(
+    verify_fn: Callable, next_dist: Callable, make_tree: Callable, context: tuple
+) -> dict[int, float]:
+    """Exact law of how many drafts one cycle accepts: {count: probability}, drafting included."""
+
+    def run(rng):
+        tree = make_tree(context, rng)
+        return len(verify_fn(tree, _target_rows(tree, context, next_dist), rng).accepted)
+
+    return exact_distribution(run)
+
+
+def assert_efficient(
+    verify_fn: Callable,
+    next_dist: Callable,
+    make_tree: Callable,
+    context: tuple,
+    reference_fn: Callable,
+    tol: float = 1e-12,
+) -> tuple[float, float]:
+    """Raise AssertionError if `verify_fn` accepts less than `reference_fn` on the same trees.
+
+    Losslessness cannot see a verifier that accepts too little: one that never accepts a draft
+    and draws every token from p is lossless and useless. This compares the exact chance of
+    accepting at least one draft, and the exact expected number of accepted drafts, of one cycle
+    with the reference's (recursive rejection sampling: `minieagle.verify.verify`). Returns
+    (P(accept >= 1), E[accepted]) of `verify_fn`.
+    """
+    got = accepted_count_law(verify_fn, next_dist, make_tree, context)
+    want = accepted_count_law(reference_fn, next_dist, make_tree, context)
+    root, want_root = 1.0 - got.get(0, 0.0), 1.0 - want.get(0, 0.0)
+    mean = sum(n * p for n, p in got.items())
+    want_mean = sum(n * p for n, p in want.items())
+    if root < want_root - tol or mean < want_mean - tol:
+        raise AssertionError(
+            f"accepts too little: P(accept at the root) = {root:.6f} (reference {want_root:.6f}), "
+            f"expected accepted drafts {mean:.6f} (reference {want_mean:.6f})"
+            + ("; it accepts nothing" if mean == 0 else "")
+        )
+    return root, mean
 
 
 def _assert_same_law(got: dict, want: dict, tol: float) -> float:

@@ -37,8 +37,12 @@ def test_markers_are_balanced_and_named_in_every_library_file():
     for file in sorted(LIBRARY.rglob("*.py")):
         for region in solutions.regions(file.read_text(encoding="utf-8"), str(file)):
             names.add(region.name)
-            assert region.name in grader.NAMES, f"{file}: region for unknown assignment {region.name}"
-    assert names == set(ASSIGNMENTS), f"assignments with no solution region: {set(ASSIGNMENTS) - names}"
+            assert region.name in grader.NAMES, (
+                f"{file}: region for unknown assignment {region.name}"
+            )
+    assert names == set(ASSIGNMENTS), (
+        f"assignments with no solution region: {set(ASSIGNMENTS) - names}"
+    )
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ LIBRARY = HERE.parent
 NAMES = ("decoder_layer", "verifier", "draft_model", "eagle1_head", "eagle2_tree", "eagle3_ttt")
 GRADE_TIMEOUT_S = 1800
 
-_CONFTEST = '''"""Makes `import minieagle.<module>` load the files in submission/ (made by minieagle)."""
+_CONFTEST = '''"""Makes `import minieagle.<module>` load the files in submission/."""
 
 from pathlib import Path
 
@@ -124,7 +124,9 @@ def make(name: str, out: str | Path) -> Path:
     out.mkdir(parents=True)
     _write_sources(out / "submission", assignment.stub_sources())
     handout = (assignment.folder / "handout.md").read_text(encoding="utf-8")
-    files = "\n".join(f"- `submission/{f}` (the library's `minieagle/{f}`)" for f in assignment.files)
+    files = "\n".join(
+        f"- `submission/{f}` (the library's `minieagle/{f}`)" for f in assignment.files
+    )
     (out / "README.md").write_text(
         f"{handout.rstrip()}\n\n## Your files\n\n{files}\n\nEach `raise NotImplementedError` "
         "marks a part to write. Run the public tests from this folder with `python -m pytest`; "
@@ -207,9 +209,11 @@ def grade_sources(name: str, sources: dict[str, str]) -> Report:
 
 
 def grade(name: str, folder: str | Path) -> Report:
-    """Grade the student folder `folder` (its `submission/`, or the folder itself if it has none)."""
+    """Grade the student folder `folder`: its `submission/`, or the folder itself if none."""
     folder = Path(folder)
     root = folder / "submission" if (folder / "submission").is_dir() else folder
     assignment = get(name)
-    sources = {f: (root / f).read_text(encoding="utf-8") for f in assignment.files if (root / f).exists()}
+    sources = {
+        f: (root / f).read_text(encoding="utf-8") for f in assignment.files if (root / f).exists()
+    }
     return grade_sources(name, sources)

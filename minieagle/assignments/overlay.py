@@ -43,7 +43,9 @@ def install(folder: str | Path) -> dict[str, Path]:
     """
     folder = Path(folder).resolve()
     if not folder.is_dir():
-        raise FileNotFoundError(f"submission folder {folder} does not exist; pass the folder of .py files")
+        raise FileNotFoundError(
+            f"submission folder {folder} does not exist; pass the folder of .py files"
+        )
     files = {
         module_name(file.relative_to(folder)): file
         for file in sorted(folder.rglob("*.py"))

@@ -87,14 +87,14 @@ def stub(source: str, name: str, where: str = "<source>") -> str:
 
 
 def reference(source: str, where: str = "<source>") -> str:
-    """`source` with every marker line removed: the reference solution as a student would hand it in."""
+    """`source` without its marker lines: the reference solution, as a student would hand it in."""
     regions(source, where)  # check the markers
     kept = [line for line in source.splitlines() if not (_BEGIN.match(line) or _END.match(line))]
     return "\n".join(kept) + "\n"
 
 
 def solution_text(source: str, name: str, where: str = "<source>") -> list[str]:
-    """The stripped lines inside assignment `name`'s regions (what a student folder must not hold)."""
+    """The stripped lines inside `name`'s regions: what a student folder must not hold."""
     lines = source.splitlines()
     return [
         lines[i].strip()

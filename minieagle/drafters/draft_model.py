@@ -52,6 +52,7 @@ class DraftModelDrafter:
         if gamma < 1:
             self.fed = None
             return Tree(np.asarray([root]), np.asarray([-1]))
+        ### BEGIN SOLUTION draft_model
         logits = self._step([*self.pending, root])  # [V] at the root
         self.pending = []
         committed = self.cache.length
@@ -68,8 +69,10 @@ class DraftModelDrafter:
                 logits = self._step([token])
         self.fed = (committed, gamma - 1)
         return Tree.chain(root, drafts, proposals)
+        ### END SOLUTION
 
     def accept(self, tokens, features, next_token: int) -> None:
+        ### BEGIN SOLUTION draft_model
         if self.fed is None:  # nothing was drafted, so the root was never read
             self.pending.append(tokens[0])
             return
@@ -77,3 +80,4 @@ class DraftModelDrafter:
         kept = min(len(tokens) - 1, drafts_read)  # accepted drafts already in the draft cache
         self.cache.crop(committed + kept)
         self.pending = list(tokens[1 + kept :])  # at most the last draft, never read
+        ### END SOLUTION

@@ -94,7 +94,7 @@ def test_accepted_nodes_form_a_path():
     probs = np.full((5, V), 1.0 / V)
     for outcome in exact_distribution(lambda rng: tuple(verify(tree, probs, rng).accepted)):
         parents = [0, *outcome]
-        for parent, node in zip(parents, outcome):
+        for parent, node in zip(parents[:-1], outcome, strict=True):
             assert tree.parents[node] == parent, (
                 f"accepted nodes {list(outcome)} are not a path from the root: node {node} is "
                 f"not a child of node {parent}. After a child is accepted, descend into it and "

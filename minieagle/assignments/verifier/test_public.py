@@ -42,7 +42,9 @@ def test_residual_of_a_sampled_candidate():
         f"the residual must sum to 1 (it is a distribution), yours sums to {np.sum(got)}: divide "
         "max(0, p - q) by its total"
     )
-    assert np.allclose(got, want), f"residual(p, q, x) = {got}, expected norm(max(0, p - q)) = {want}"
+    assert np.allclose(got, want), (
+        f"residual(p, q, x) = {got}, expected norm(max(0, p - q)) = {want}"
+    )
 
 
 @pytest.mark.points(1)
