@@ -8,10 +8,12 @@ Each grading runs the assignment's tests in a fresh interpreter, so these tests 
 
 from __future__ import annotations
 
+import functools
 import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -112,12 +114,27 @@ def test_overlay_loads_the_submitted_file(tmp_path):
 # ---------------------------------------------------------------------------- grading
 
 
+@functools.cache
+def _reports() -> dict[tuple[str, str], grader.Report]:
+    """Every grading these tests look at, run two at a time (each is its own interpreter):
+    {(assignment, "reference" | "stub" | bug name): report}."""
+    jobs = {}
+    for name in ASSIGNMENTS:
+        assignment = grader.get(name)
+        jobs[name, "reference"] = assignment.reference_sources()
+        jobs[name, "stub"] = assignment.stub_sources()
+        for bug in assignment.planted_bugs:
+            jobs[name, bug.name] = assignment.bug_sources(bug)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {key: pool.submit(grader.grade_sources, key[0], src) for key, src in jobs.items()}
+        return {key: future.result() for key, future in futures.items()}
+
+
 @pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_reference_scores_full_marks_and_stub_scores_zero(name):
-    assignment = grader.get(name)
-    reference = grader.grade_sources(name, assignment.reference_sources())
+    reference = _reports()[name, "reference"]
     assert reference.total > 0 and reference.score == reference.total, reference.text()
-    stub = grader.grade_sources(name, assignment.stub_sources())
+    stub = _reports()[name, "stub"]
     assert stub.total == reference.total and stub.score == 0, stub.text()
 
 
@@ -126,12 +143,25 @@ PLANTED = [(name, bug) for name in ASSIGNMENTS for bug in grader.get(name).plant
 
 @pytest.mark.parametrize("name, bug", PLANTED, ids=[f"{n}: {b.name}" for n, b in PLANTED])
 def test_planted_bug_scores_partial_marks_and_is_named(name, bug):
-    report = grader.grade_sources(name, grader.get(name).bug_sources(bug))
+    report = _reports()[name, bug.name]
     assert 0 < report.score < report.total, report.text()
     messages = " | ".join(r["message"] for r in report.failures()).lower()
-    assert bug.hint.lower() in messages, (
-        f"no failure message mentions {bug.hint!r}:\n{report.text()}"
+    assert bug.hint.lower() in messages, f"no message mentions {bug.hint!r}:\n{report.text()}"
+
+
+def test_a_report_reads_well():
+    """The report names the score, each test, and why each failed test failed."""
+    report = grader.Report(
+        "verifier",
+        [
+            {"test": "test_a", "doc": "checks a", "points": 2, "passed": True, "message": ""},
+            {"test": "test_b", "doc": "checks b", "points": 3, "passed": False, "message": "why"},
+        ],
     )
+    text = report.text()
+    assert (report.score, report.total) == (2, 5)
+    assert text.startswith("verifier: 2 / 5 points")
+    assert "FAIL  test_b  0/3  checks b" in text and "test_b: why" in text
 
 
 def test_each_assignment_plants_at_least_two_bugs():
