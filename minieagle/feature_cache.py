@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from minieagle import model
 from minieagle.errors import InvalidInputError

@@ -13,8 +13,8 @@ from minieagle.errors import InvalidInputError
 # EAGLE-1's default tree (named `mc_sim_7b_63` upstream; the "63" does not describe it): 25 draft
 # nodes plus the root = 26 tokens verified per cycle, depth 5, nodes per depth 4, 8, 8, 3, 2,
 # 15 leaves, child ranks 0..3, deeper branches under more likely tokens. Reconstructed from those
-# published statistics (docs: reference facts, EAGLE-1 section 1.4), not copied from the upstream
-# file; tests/test_eagle1_drafter.py checks every statistic.
+# published statistics (listed in docs/eagle1.md), not copied from the upstream file;
+# tests/test_eagle1_drafter.py checks every statistic.
 DEFAULT_TREE: tuple[tuple[int, ...], ...] = (
     (0,), (1,), (2,), (3,),
     (0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (2, 0), (2, 1), (3, 0),

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from itertools import pairwise
 from pathlib import Path
 
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from minieagle.errors import InvalidInputError, MissingFileError
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from minieagle import model
 from minieagle.checkpoint import STORAGE_DTYPES, _fsync, save_checkpoint

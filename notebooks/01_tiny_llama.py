@@ -2,10 +2,12 @@
 # # 01 · A tiny Llama, one step at a time
 #
 # We follow one prompt through the shipped target model: text → tokens → embeddings → each decoder
-# layer → logits. At every stage we redo the computation by hand with `minieagle.layers` and check
-# that it equals the library's forward. Then we look at the KV cache and at a *tree* attention
-# mask, the two tools speculative decoding is built from. The weights are loaded in float64, so
-# "equal" means equal to rounding (1e-12), not "close".
+# layer → logits. At every stage we redo the computation by hand, first each primitive in plain
+# NumPy, then a decoder layer from `minieagle.layers`, and check that it equals the library's
+# forward. Then we look at the KV cache and at a *tree* attention mask, the two tools speculative
+# decoding is built from, and finally check a hand-written backward pass against finite
+# differences. The weights are loaded in float64, so "equal" means bit for bit where the same
+# operations run in the same order, and equal to rounding (1e-12) otherwise, not "close".
 
 # %%
 import os
@@ -13,6 +15,8 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 import minieagle
 from minieagle import layers, model
@@ -39,7 +43,17 @@ show = tokenizer.token_text  # a token as readable text: spaces as ·, newlines 
 # ## 1. Tokens
 #
 # The tokenizer is byte-level BPE: ids 0-2 are `<|pad|>`, `<|bos|>`, `<|eos|>`, ids 3-258 the 256
-# bytes, and every later id a merge of two earlier tokens. Any string round-trips.
+# bytes, and every later id a merge of two earlier tokens (merge i makes id 259 + i). Any string
+# round-trips. The first cell checks that layout over the whole vocabulary.
+
+# %%
+assert [tokenizer.token_text(i) for i in range(3)] == ["<|pad|>", "<|bos|>", "<|eos|>"]
+assert all(tokenizer.token_bytes(3 + b) == bytes([b]) for b in range(256))
+for i, (a, b) in enumerate(tokenizer.merges):
+    assert a < 259 + i and b < 259 + i  # both halves exist before the merge
+    assert tokenizer.token_bytes(259 + i) == tokenizer.token_bytes(a) + tokenizer.token_bytes(b)
+print(f"vocabulary: 3 special + 256 bytes + {len(tokenizer.merges)} merges = {V} ids")
+assert 3 + 256 + len(tokenizer.merges) == V
 
 # %%
 for text in ("The interpreter reads a line of input.", "    return sorted(items, key=len)\n"):
@@ -69,8 +83,68 @@ hd, eps = config.head_dim, config.rms_norm_eps
 x, _ = layers.embedding_forward(params["model.embed_tokens.weight"], ids[None])  # [1, T, d]
 cos, sin = layers.rope_tables(np.arange(T), hd, config.rope_theta, x.dtype)  # [T, hd] each
 mask = model.causal_mask(0, T)  # [T, T] bool, True = may attend
+w0 = {  # layer 0's weights without the "model.layers.0." prefix
+    name.removeprefix(model.layer_prefix(0)): value
+    for name, value in params.items()
+    if name.startswith(model.layer_prefix(0))
+}
+print(f"T = {T} tokens, d = {d}, H = {H} query heads, Hkv = {Hkv} key/value heads, hd = {hd}")
+
+# %% [markdown]
+# **The primitives in plain NumPy.** Each function of `minieagle.layers` that the layer uses,
+# written from its formula and run on layer 0's real inputs:
+#
+# - RMSNorm: `x / sqrt(mean(x²) + eps) · w`, over the last axis;
+# - RoPE (rotate-half, as Hugging Face): dimensions `j` and `j + hd/2` of a head vector form a
+#   pair, rotated by the angle `position · θ^(−2j/hd)`;
+# - attention: query head `h` reads key/value head `h // (H / Hkv)`; scores `q·k / sqrt(hd)`,
+#   set to −∞ where the mask forbids, softmax over the keys, then the weighted sum of values;
+# - SwiGLU: `silu(g) · u` with `silu(g) = g · sigmoid(g)`.
 
 
+# %%
+def check(name, ours, library):
+    """Print and assert that a by-hand result equals the library's to rounding."""
+    gap = np.abs(ours - library).max()
+    print(f"{name:9} by hand vs minieagle.layers: max |diff| = {gap:.1e}")
+    assert gap < 1e-12, name
+
+
+n_ours = x / np.sqrt((x**2).mean(axis=-1, keepdims=True) + eps) * w0["input_layernorm.weight"]
+n, _ = layers.rmsnorm_forward(x, w0["input_layernorm.weight"], eps)  # [1, T, d]
+check("RMSNorm", n_ours, n)
+
+# [1, T, heads*hd] -> [heads, T, hd]
+q = (n[0] @ w0["self_attn.q_proj.weight"].T).reshape(T, H, hd).transpose(1, 0, 2)
+k = (n[0] @ w0["self_attn.k_proj.weight"].T).reshape(T, Hkv, hd).transpose(1, 0, 2)
+v = (n[0] @ w0["self_attn.v_proj.weight"].T).reshape(T, Hkv, hd).transpose(1, 0, 2)
+half = hd // 2
+angle = np.arange(T)[:, None] * config.rope_theta ** (-2 * np.arange(half) / hd)  # [T, hd/2]
+q1, q2 = q[..., :half], q[..., half:]  # pair j is (q1[..., j], q2[..., j]); [H, T, hd/2] each
+c, s = np.cos(angle), np.sin(angle)  # [T, hd/2]
+q_ours = np.concatenate([q1 * c - q2 * s, q2 * c + q1 * s], axis=-1)  # rotated pairs, [H, T, hd]
+q_rope, _ = layers.rope_forward(q[None], cos, sin)  # [1, H, T, hd]
+check("RoPE", q_ours, q_rope[0])
+
+a_ours = np.empty((H, T, hd))
+for h in range(H):
+    kv = h // (H // Hkv)  # the key/value head this query head shares
+    scores = q[h] @ k[kv].T / np.sqrt(hd)  # [T, T]: query t, key s
+    scores[~mask] = -np.inf  # a query may not read a later key
+    probs = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    a_ours[h] = probs / probs.sum(axis=-1, keepdims=True) @ v[kv]  # [T, hd]
+a_lib, _ = layers.attention_forward(q[None], k[None], v[None], mask)  # [1, H, T, hd]
+check("attention", a_ours, a_lib[0])
+
+gate, up = n[0] @ w0["mlp.gate_proj.weight"].T, n[0] @ w0["mlp.up_proj.weight"].T  # [T, I]
+check("SwiGLU", gate / (1 + np.exp(-gate)) * up, layers.swiglu_forward(gate, up)[0])
+
+# %% [markdown]
+# **One decoder layer** from those primitives, in the order `model.decoder_layer_forward` runs
+# them, and then the whole model: the same operations in the same order, so bit for bit.
+
+
+# %%
 def layer_by_hand(x, i):
     """Decoder layer i on x [1, T, d] -> (out [1, T, d], attention probabilities [H, T, T])."""
     p = model.layer_prefix(i)  # "model.layers.{i}."
@@ -107,6 +181,7 @@ logits, hidden, _ = model.forward(params, config, ids, output_hidden=(*range(L +
 print("whole model, by hand vs model.forward: max |diff| =", np.abs(logits_by_hand - logits).max())
 assert np.abs(logits_by_hand - logits).max() < 1e-12
 assert np.abs(hidden["final"] - final[0]).max() < 1e-12  # the post-norm feature EAGLE-1 reads
+assert np.abs(hidden[L] - x[0]).max() < 1e-12  # output_hidden[L]: after the last layer, pre-norm
 
 # %% [markdown]
 # ## 3. Looking inside
@@ -117,15 +192,19 @@ assert np.abs(hidden["final"] - final[0]).max() < 1e-12  # the post-norm feature
 
 # %%
 labels = [show(t) for t in ids]
-fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-left.imshow(attention[L // 2][0], cmap="viridis")
+fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
+image = left.imshow(attention[L // 2][0], cmap="viridis", vmin=0, vmax=1)
+fig.colorbar(image, ax=left, label="attention probability")
 left.set_xticks(range(T), labels, rotation=90)
 left.set_yticks(range(T), labels)
-left.set_title(f"layer {L // 2}, head 0")
+left.set_xlabel("key: the token read")
+left.set_ylabel("query: the token reading")
+left.set_title(f"attention of layer {L // 2}, head 0 (each row sums to 1)")
 rms = [np.sqrt((hidden[i] ** 2).mean()) for i in range(L + 1)]  # RMS over positions and width
 right.plot(range(L + 1), rms, marker="o")
-right.set_xlabel("residual stream entering layer i")
-right.set_ylabel("RMS")
+right.set_xlabel("i (residual stream entering layer i; i = L: after the last layer)")
+right.set_ylabel("RMS over positions and width")
+right.set_title("size of the residual stream")
 plt.tight_layout()
 plt.show()
 
@@ -194,13 +273,24 @@ tree_mask = trees.attention_mask(draft, past)  # [N, past + N] bool
 positions = trees.position_ids(draft, past)  # [N] = past + depth
 
 shown = 6  # the last few cached columns are enough to see the pattern
-plt.figure(figsize=(7, 4))
-plt.imshow(tree_mask[:, past - shown :], cmap="Greys")
+plt.figure(figsize=(9, 4.5))
+plt.imshow(tree_mask[:, past - shown :], cmap="Greys", vmin=0, vmax=1)
 node_labels = [show(t) for t in draft.tokens]
 plt.xticks(range(shown + N), labels[past - shown : past] + node_labels, rotation=90)
 plt.yticks(range(N), [f"{n}: {t} @ {positions[n]}" for n, t in enumerate(node_labels)])
 plt.axvline(shown - 0.5, color="tab:red")  # left: the cache, right: the tree
-plt.title("tree mask (black = may attend), rows: node: token @ position")
+plt.xlabel(f"key: the last {shown} cached tokens | the {N} tree nodes")
+plt.ylabel("query: node: token @ position")
+plt.title("tree attention mask")
+plt.legend(
+    handles=[
+        Patch(facecolor="black", label="may attend"),
+        Patch(facecolor="white", edgecolor="grey", label="masked"),
+        Line2D([], [], color="tab:red", label="cache | tree"),
+    ],
+    loc="upper left",
+    bbox_to_anchor=(1.01, 1),
+)
 plt.tight_layout()
 plt.show()
 
@@ -262,3 +352,26 @@ for name, w in nano_params.items():
     error = abs(numeric - g[index]) / (abs(numeric) + abs(g[index]))
     print(f"{name:46} {str(index):8} {g[index]:+.6e} vs {numeric:+.6e}: rel. error {error:.0e}")
     assert error < 1e-6
+
+# %% [markdown]
+# ## Exercises
+#
+# Worked answers: `minieagle/assignments/notebook_answers/01_tiny_llama.md`.
+#
+# 1. **Predict, then run.** Give `model.decoder_layer_forward` an all-True mask
+#    (`np.ones((T, T), dtype=bool)`) instead of the causal one and compare its output with the
+#    causal output row by row. Which rows still agree after layer 0? After layers 0 and 1?
+# 2. **Derive.** How many numbers does the KV cache hold per cached position, as a formula in
+#    `num_hidden_layers`, `num_key_value_heads` and `head_dim`? Evaluate it for this model, give
+#    the bytes of a full 512-token context in float64 and in float32, and say what grouped-query
+#    attention saves against one key/value head per query head. Check your count with
+#    `sum(k[0, :, 0].size for k in cache.keys + cache.values)`.
+# 3. **Code.** Write `attention_mask_by_hand(parents, cached)` and `position_ids_by_hand(parents,
+#    cached)` that only follow parent pointers, and check them with `np.array_equal` against
+#    `minieagle.tree.attention_mask` and `position_ids` on section 5's tree and on
+#    `trees.Tree.chain(5, [1, 2, 3])`, for `cached` = 0 and 7.
+# 4. **Explain, then test.** Section 5 places node `n` at position `past + depth(n)`. Redo the
+#    tree forward with `position_ids = past + np.arange(N)` (the node index instead of the depth)
+#    and compare every node with the plain forward of its path. Which nodes still match, and why?
+# 5. **Change and observe.** In section 6 set `step = 1e-2`, then `step = 1e-9`. Predict how the
+#    relative errors move in each case and which term of the error causes it.

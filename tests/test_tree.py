@@ -24,7 +24,9 @@ from minieagle.tree import (
 PROPERTY = settings(deadline=None, max_examples=60)
 
 # EAGLE-1's default tree `mc_sim_7b_63` (SafeAILab/EAGLE, eagle/model/choices.py): paths of child
-# ranks from the root. The name is historical; eagle.md section 1.4 lists its facts, asserted below.
+# ranks from the root. The name is historical. Its facts, as docs/eagle1.md and static_trees.py
+# state them and asserted below: 25 drafts + the root, depth 5, 4, 8, 8, 3, 2 drafts per depth,
+# 15 leaves, child ranks 0-3.
 MC_SIM_7B_63 = [
     [0], [1], [2], [3],
     [0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [2, 0], [2, 1], [3, 0],
