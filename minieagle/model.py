@@ -147,6 +147,7 @@ def qkv_forward(params, prefix: str, config: LlamaConfig, n1, cos, sin):
     n1 [B, T, d_in] (d_in = d in a Llama layer, 2d in EAGLE-3's) -> ((q [B, H, T, hd],
     k [B, Hkv, T, hd], v [B, Hkv, T, hd]), cache); RoPE rotates q and k by cos, sin."""
     H, Hkv, p = config.num_attention_heads, config.num_key_value_heads, prefix
+    ### BEGIN SOLUTION decoder_layer
     q, c_q = layers.linear_forward(n1, params[p + "self_attn.q_proj.weight"])  # [B, T, H*hd]
     k, c_k = layers.linear_forward(n1, params[p + "self_attn.k_proj.weight"])  # [B, T, Hkv*hd]
     v, c_v = layers.linear_forward(n1, params[p + "self_attn.v_proj.weight"])
@@ -156,10 +157,12 @@ def qkv_forward(params, prefix: str, config: LlamaConfig, n1, cos, sin):
     q, c_rq = layers.rope_forward(q, cos, sin)
     k, c_rk = layers.rope_forward(k, cos, sin)
     return (q, k, v), (c_q, c_k, c_v, c_rq, c_rk)
+    ### END SOLUTION
 
 
 def qkv_backward(dq, dk, dv, cache, prefix: str):
     """dq [B, H, T, hd], dk, dv [B, Hkv, T, hd] -> (dn1 [B, T, d_in], {name: grad})."""
+    ### BEGIN SOLUTION decoder_layer
     c_q, c_k, c_v, c_rq, c_rk = cache
     p, grads = prefix, {}
     dq = _merge_heads(layers.rope_backward(dq, c_rq))  # [B, H, T, hd] -> [B, T, H*hd]
@@ -169,6 +172,7 @@ def qkv_backward(dq, dk, dv, cache, prefix: str):
     dn1_k, grads[p + "self_attn.k_proj.weight"] = layers.linear_backward(dk, c_k)
     dn1_v, grads[p + "self_attn.v_proj.weight"] = layers.linear_backward(dv, c_v)
     return dn1_q + dn1_k + dn1_v, grads
+    ### END SOLUTION
 
 
 def post_attention_forward(params, prefix: str, config: LlamaConfig, x, a):
@@ -176,6 +180,7 @@ def post_attention_forward(params, prefix: str, config: LlamaConfig, x, a):
     (out [B, T, d], cache), with h = x + o_proj(a) and out = h + down(silu(gate(n)) * up(n)),
     n = RMSNorm(h)."""
     p = prefix
+    ### BEGIN SOLUTION decoder_layer
     a = _merge_heads(a)  # [B, T, H*hd]
     o, c_o = layers.linear_forward(a, params[p + "self_attn.o_proj.weight"])  # [B, T, d]
     h = x + o
@@ -187,10 +192,12 @@ def post_attention_forward(params, prefix: str, config: LlamaConfig, x, a):
     m, c_m = layers.swiglu_forward(g, u)
     down, c_d = layers.linear_forward(m, params[p + "mlp.down_proj.weight"])  # [B, T, d]
     return h + down, (c_o, c_n2, c_g, c_u, c_m, c_d)
+    ### END SOLUTION
 
 
 def post_attention_backward(dout, cache, prefix: str, config: LlamaConfig):
     """dout [B, T, d] -> (dx [B, T, d] (the residual's share), da [B, H, T, hd], {name: grad})."""
+    ### BEGIN SOLUTION decoder_layer
     c_o, c_n2, c_g, c_u, c_m, c_d = cache
     p, grads = prefix, {}
     dm, grads[p + "mlp.down_proj.weight"] = layers.linear_backward(dout, c_d)
@@ -203,6 +210,7 @@ def post_attention_backward(dout, cache, prefix: str, config: LlamaConfig):
     dh = dout + dh_n
     da, grads[p + "self_attn.o_proj.weight"] = layers.linear_backward(dh, c_o)
     return dh, _split_heads(da, config.num_attention_heads), grads  # da: [B, H, T, hd]
+    ### END SOLUTION
 
 
 def decoder_layer_forward(
@@ -215,6 +223,7 @@ def decoder_layer_forward(
     `input_layernorm.weight` in params attends over x itself: EAGLE-1's draft layer drops that
     norm because its input is already a normalised feature mix. The two halves around the
     attention (`qkv_forward`, `post_attention_forward`) also serve EAGLE-3's layer."""
+    ### BEGIN SOLUTION decoder_layer
     p = prefix
     if p + "input_layernorm.weight" in params:
         n1, c_n1 = layers.rmsnorm_forward(
@@ -228,10 +237,12 @@ def decoder_layer_forward(
     a, c_att = layers.attention_forward(q, k, v, mask)  # [B, H, T, hd]
     out, c_post = post_attention_forward(params, p, config, x, a)
     return out, (c_n1, c_qkv, c_att, c_post)
+    ### END SOLUTION
 
 
 def decoder_layer_backward(dout, cache, prefix: str, config: LlamaConfig):
     """dout [B, T, d] -> (dx [B, T, d], {name: grad})."""
+    ### BEGIN SOLUTION decoder_layer
     c_n1, c_qkv, c_att, c_post = cache
     dh, da, grads = post_attention_backward(dout, c_post, prefix, config)
     dq, dk, dv = layers.attention_backward(da, c_att)
@@ -241,6 +252,7 @@ def decoder_layer_backward(dout, cache, prefix: str, config: LlamaConfig):
         return dh + dn1, grads
     dx_n, grads[prefix + "input_layernorm.weight"] = layers.rmsnorm_backward(dn1, c_n1)
     return dh + dx_n, grads
+    ### END SOLUTION
 
 
 def lm_head_weight(params):
