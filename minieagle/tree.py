@@ -71,10 +71,12 @@ class Tree:
 
 def depths(tree: Tree) -> np.ndarray:
     """int [N]: 0 for the root, parent's depth + 1 otherwise."""
+    ### BEGIN SOLUTION eagle1_head
     d = np.zeros(len(tree), dtype=np.int64)
     for i in range(1, len(tree)):
         d[i] = d[tree.parents[i]] + 1
     return d
+    ### END SOLUTION
 
 
 def children(tree: Tree) -> list[list[int]]:
@@ -87,11 +89,13 @@ def children(tree: Tree) -> list[list[int]]:
 
 def ancestor_mask(tree: Tree) -> np.ndarray:
     """bool [N, N]: mask[i, j] iff j is i or an ancestor of i (what node i may attend to)."""
+    ### BEGIN SOLUTION eagle1_head
     n = len(tree)
     mask = np.eye(n, dtype=bool)
     for i in range(1, n):
-        mask[i] |= mask[tree.parents[i]]
+        mask[i] |= mask[tree.parents[i]]  # parents come first: row parents[i] is complete
     return mask
+    ### END SOLUTION
 
 
 def attention_mask(tree: Tree, cached: int) -> np.ndarray:
@@ -101,7 +105,9 @@ def attention_mask(tree: Tree, cached: int) -> np.ndarray:
 
 def position_ids(tree: Tree, cached: int) -> np.ndarray:
     """int [N]: a node sits at position cached + depth, as if its path were the sequence."""
+    ### BEGIN SOLUTION eagle1_head
     return cached + depths(tree)
+    ### END SOLUTION
 
 
 def path_to(tree: Tree, node: int) -> list[int]:

@@ -78,10 +78,11 @@ class Eagle1Drafter(HeadDrafter):
     def _expand(self, root: int, paths, rng: Randomness) -> Tree:
         """Fill the static tree level by level: children from the draft distribution at their
         parent, then one head forward over the level's nodes that have children."""
-        tokens, parents, proposals = [root], [-1], [None]
-        node_of = {(): 0}  # path -> node index (nodes that were drawn)
+        tokens, parents, proposals = [root], [-1], [None]  # per node; node 0 is the root
         predicted = {0: self.root_prediction[0]}  # node -> f̂ [d]
         logits = {0: self.root_prediction[1]}  # node -> host [V]
+        ### BEGIN SOLUTION eagle1_head
+        node_of = {(): 0}  # path -> node index (nodes that were drawn)
         slot = {}  # node -> head cache slot of its pair
         has_children = {path[:-1] for path in paths}
         for _, level in itertools.groupby(paths, key=len):
@@ -104,5 +105,6 @@ class Eagle1Drafter(HeadDrafter):
             fed = [node for node, path in new_nodes if path in has_children]
             if fed:
                 self._feed_level(fed, tokens, parents, predicted, logits, slot)
+        ### END SOLUTION
         self._draft_rows = (len(tokens), logits)
         return Tree(np.asarray(tokens), np.asarray(parents), tuple(proposals))

@@ -233,6 +233,7 @@ class HeadDrafter:
         tokens, parents: per node id (node 0 = the root, parents[0] = -1); predicted (node ->
         f̂ [d]) and logits (node -> host [V]) must hold the parents; slot (node -> head cache
         slot) the ancestors below the root. Fills predicted, logits and slot for `fed`."""
+        ### BEGIN SOLUTION eagle1_head
         base, count = self.cache.length, len(fed)
         depth = _depth(fed[0], parents)
         mask = np.zeros((count, base + count), dtype=bool)  # [T, cached + T]
@@ -256,6 +257,7 @@ class HeadDrafter:
         for i, node in enumerate(fed):
             predicted[node] = out[i, ...]
             logits[node] = rows[i]
+        ### END SOLUTION
 
 
 def _host(x) -> np.ndarray:

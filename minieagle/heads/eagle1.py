@@ -143,9 +143,10 @@ def _with_batch(x, name: str, ndim: int):
     return (x, True) if x.ndim == ndim + 1 else (x[None, ...], False)
 
 
-def _fc_input(cfg: Eagle1Config, target_params: dict, tokens, features):
-    """[Embed(x_{t+1}), f_t] (or one of them) as [B, T, fc_in], and whether a batch was given."""
-    streams, batched = [], None
+def _head_inputs(cfg: Eagle1Config, tokens, features):
+    """The checked inputs the head reads: (ids int [B, T] or None, features [B, T, d] or None,
+    whether a batch was given); None for the stream the `inputs` ablation leaves out."""
+    ids = f = batched = None
     if cfg.inputs != "feature":
         ids, batched = _with_batch(tokens, "tokens", 1)
         xp = array_module(ids)
@@ -154,8 +155,6 @@ def _fc_input(cfg: Eagle1Config, target_params: dict, tokens, features):
                 f"tokens hold ids outside [0, vocab_size={cfg.layer.vocab_size}); encode text "
                 "with the target's tokenizer"
             )
-        embedded, _ = layers.embedding_forward(target_params["model.embed_tokens.weight"], ids)
-        streams.append(embedded)  # [B, T, d]; frozen, so its cache is dropped
     if cfg.inputs != "token":
         f, batched = _with_batch(features, "features", 2)
         if f.shape[-1] != cfg.layer.hidden_size:
@@ -163,14 +162,12 @@ def _fc_input(cfg: Eagle1Config, target_params: dict, tokens, features):
                 f"features have width {f.shape[-1]} but the head expects hidden_size="
                 f"{cfg.layer.hidden_size}; pass the target's 'final' hidden states"
             )
-        streams.append(f)  # [B, T, d]
-    if len(streams) == 2 and streams[0].shape[:2] != streams[1].shape[:2]:
+    if ids is not None and f is not None and tuple(ids.shape[:2]) != tuple(f.shape[:2]):
         raise InvalidInputError(
             f"tokens {tuple(tokens.shape)} and features {tuple(features.shape)} disagree on "
             "(batch, positions); pair x_{t+1} with f_t position by position"
         )
-    xp = array_module(streams[0])
-    return (xp.concat(streams, axis=-1) if len(streams) == 2 else streams[0]), batched
+    return ids, f, batched
 
 
 def head_forward(
@@ -194,12 +191,21 @@ def head_forward(
     axis is present iff it was in the inputs.
     """
     _check_target(cfg, target_params)
-    fc_input, batched = _fc_input(cfg, target_params, tokens, features)  # [B, T, fc_in]
-    x, c_fc = layers.linear_forward(fc_input, head["fc.weight"])  # [B, T, d]
-    if cfg.fc_bias:
-        x = x + head["fc.bias"]
+    ids, features, batched = _head_inputs(cfg, tokens, features)  # [B, T], [B, T, d] or None
     past = cache.length if cache is not None else 0
     layer = cfg.layer
+    ### BEGIN SOLUTION eagle1_head
+    streams = []
+    if ids is not None:  # Embed(x_{t+1}); the embedding is frozen, so its cache is dropped
+        embedded, _ = layers.embedding_forward(target_params["model.embed_tokens.weight"], ids)
+        streams.append(embedded)  # [B, T, d]
+    if features is not None:
+        streams.append(features)  # [B, T, d]: f_t
+    xp = array_module(streams[0])
+    fc_input = xp.concat(streams, axis=-1) if len(streams) == 2 else streams[0]  # [B, T, fc_in]
+    x, c_fc = layers.linear_forward(fc_input, head["fc.weight"])  # [B, T, fc_in] -> [B, T, d]
+    if cfg.fc_bias:
+        x = x + head["fc.bias"]
     cos, sin, attention_mask = model.placement(
         layer, x.shape[1], past, position_ids, attention_mask, like=x
     )
@@ -207,7 +213,9 @@ def head_forward(
         head, LAYER_PREFIX, layer, x, cos, sin, attention_mask, cache, 0
     )  # [B, T, d]
     lm_head = model.lm_head_weight(target_params)  # [V, d]
-    logits, _ = layers.linear_forward(predicted, lm_head)  # [B, T, V]
+    logits, _ = layers.linear_forward(predicted, lm_head)  # [B, T, d] -> [B, T, V]
+    ### END SOLUTION
+    # head_backward reads fc's cache, the layer's cache and the LM head.
     caches = (c_fc, c_layer, lm_head, batched) if keep_caches else None
     if not batched:
         predicted, logits = predicted[0, ...], logits[0, ...]
