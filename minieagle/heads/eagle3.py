@@ -550,6 +550,7 @@ def diagonal_attention_forward(q, keys, values, causal_block):
     [T, T] -> (out [B, H, T, hd], cache). Causal scores [.., T, T] and s per-index dot products
     [.., T] share one softmax; out = P_causal @ V_0 + sum_j P_j * V_j.
     """
+    ### BEGIN SOLUTION eagle3_ttt
     xp = array_module(q)
     B, H, T, hd = q.shape
     Hkv = keys[0].shape[1]
@@ -565,10 +566,12 @@ def diagonal_attention_forward(q, keys, values, causal_block):
     for j, v in enumerate(values[1:]):
         out = out + probs[..., T + j, None] * v[:, :, None, :, :]
     return xp.reshape(out, (B, H, T, hd)), (qg, tuple(keys), tuple(values), probs, scale)
+    ### END SOLUTION
 
 
 def diagonal_attention_backward(dout, cache):
     """dout [B, H, T, hd] -> (dq [B, H, T, hd], dkeys, dvalues: s + 1 arrays [B, Hkv, T, hd])."""
+    ### BEGIN SOLUTION eagle3_ttt
     qg, keys, values, probs, scale = cache
     xp = array_module(dout)
     B, Hkv, G, T, hd = qg.shape
@@ -588,6 +591,7 @@ def diagonal_attention_backward(dout, cache):
         dkeys.append(xp.sum(dscore * qg, axis=2) * scale)
         dvalues.append(xp.sum(probs[..., T + j - 1, None] * dout, axis=2))
     return xp.reshape(dq * scale, (B, Hkv * G, T, hd)), dkeys, dvalues
+    ### END SOLUTION
 
 
 def _explicit_attention_forward(q, keys, values, causal_block):
@@ -651,6 +655,7 @@ def _ttt_forward(
     layer = cfg.layer
     embed = target_params["model.embed_tokens.weight"]
     attend, _ = _ATTENTION_PAIRS[attention]
+    ### BEGIN SOLUTION eagle3_ttt
     padding = zeros((B, steps - 1), like=tokens, dtype=tokens.dtype)
     chain = xp.concat([tokens, padding], axis=1)  # [B, T + steps]: x_0 .. x_T, then pad id 0
     index = arange(T, like=fused)
@@ -673,6 +678,7 @@ def _ttt_forward(
         step_caches.append((c_in, c_qkv, c_att, c_post, c_read))
         hidden = out  # the draft's own output is the next step's feature
     return step_logits, (c_fc, step_caches, attention)
+    ### END SOLUTION
 
 
 def _add(total: dict, grads: dict) -> None:
@@ -684,6 +690,7 @@ def _ttt_backward(step_dlogits, caches, cfg: Eagle3Config) -> dict:
     """Every head tensor's gradient through all unrolled steps, last step first: each step's
     output gets its loss's gradient plus the next step's (hidden_norm and residual) gradient,
     and each step's keys/values collect the gradients of every later query that saw them."""
+    ### BEGIN SOLUTION eagle3_ttt
     c_fc, step_caches, attention = caches
     _, attend_backward = _ATTENTION_PAIRS[attention]
     steps = len(step_caches)
@@ -709,6 +716,7 @@ def _ttt_backward(step_dlogits, caches, cfg: Eagle3Config) -> dict:
         dnext = dresidual + dhidden
     _, grads["fc.weight"] = layers.linear_backward(dnext, c_fc)
     return {name: grads[name] for name in head_param_shapes(cfg)}
+    ### END SOLUTION
 
 
 def _shift(x, s: int):
@@ -795,6 +803,7 @@ def ttt_loss(
     step_logits, caches = _ttt_forward(
         head, cfg, target_params, tokens, fused, steps=steps, attention=attention
     )
+    ### BEGIN SOLUTION eagle3_ttt
     ids = vocab.ids
     target_top = xp.argmax(target_logits, axis=-1)  # [B, T]
     in_draft_vocab = xp.reshape(xp.take(vocab.t2d, xp.reshape(target_top, (-1,))), (B, T))
@@ -804,12 +813,13 @@ def ttt_loss(
     requested = xp.astype(loss_mask, xp.bool)
     counted = requested & in_draft_vocab
     total, parts, step_dlogits = 0.0, {"step_loss": [], "top1": [], "accept": []}, []
-    for s, logits in enumerate(step_logits):
+    for s, logits in enumerate(step_logits):  # index t at step s is scored against row t + s
         ce, c_ce = losses.soft_cross_entropy_forward(logits, _shift(labels, s), _shift(counted, s))
         per_all = c_ce[3] / (B * T)  # soft_cross_entropy averages over counted positions
         loss_s = float(ce) * per_all
-        total += step_weight**s * loss_s
-        step_dlogits.append(losses.soft_cross_entropy_backward(step_weight**s * per_all, c_ce))
+        weight = step_weight**s
+        total += weight * loss_s
+        step_dlogits.append(losses.soft_cross_entropy_backward(weight * per_all, c_ce))
         weights = xp.astype(_shift(requested, s), logits.dtype)  # [B, T]
         count = max(float(xp.sum(weights)), 1.0)
         draft_top = draft_to_target(xp.argmax(logits, axis=-1), vocab)  # [B, T]
@@ -819,4 +829,5 @@ def ttt_loss(
         parts["step_loss"].append(loss_s)
         parts["top1"].append(float(xp.sum(agree * weights)) / count)
         parts["accept"].append(float(xp.sum(overlap * weights)) / count)
+    ### END SOLUTION
     return total, parts, _ttt_backward(step_dlogits, caches, cfg)
