@@ -847,8 +847,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="course assignments: list them, make a student folder, grade a submission "
         "(docs/assignments.md)",
     )
-    p.add_argument("action", choices=["list", "make", "grade"])
-    p.add_argument("name", nargs="?", help="the assignment (see `minieagle assignment list`)")
+    p.add_argument("action", choices=["list", "make", "grade", "check"])
+    p.add_argument(
+        "name", nargs="?", help="the assignment (see `minieagle assignment list`; check: all)"
+    )
     p.add_argument("folder", nargs="?", help="make: the new student folder; grade: a submission")
     p.add_argument("--json", help="grade: also write the per-test results to this JSON file")
     p.set_defaults(func=cmd_assignment)
@@ -856,12 +858,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_assignment(args) -> int:
-    """`minieagle assignment list | make NAME FOLDER | grade NAME FOLDER`."""
+    """`minieagle assignment list | make NAME FOLDER | grade NAME FOLDER | check [NAME]`."""
     from minieagle.assignments import grader
 
     if args.action == "list":
         for name in grader.NAMES:
             print(f"{name:<14} {grader.get(name).title}")
+        return 0
+    if args.action == "check":  # instructors: reference, stub and planted bugs, as a table
+        names = grader.NAMES if args.name in (None, "all") else (args.name,)
+        try:
+            for name in names:
+                print(grader.check_table(name, grader.check(name)))
+        except ValueError as error:
+            return _fail(str(error))
         return 0
     if args.name is None or args.folder is None:
         return _fail(f"`minieagle assignment {args.action}` needs NAME and FOLDER, e.g. "

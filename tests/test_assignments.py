@@ -231,3 +231,22 @@ def test_cli_makes_and_grades(tmp_path, capsys):
     assert score and score[1] == score[2], "the reference, handed in through the CLI, lost points"
     assert main(["assignment", "list"]) == 0
     assert "verifier" in capsys.readouterr().out
+
+
+def test_check_table_shows_each_graded_variant():
+    """`minieagle assignment check`'s table: one row per variant, the bug's message shown."""
+    reports = _reports()
+    name = "verifier"
+    graded = [("reference", reports[name, "reference"]), ("stub", reports[name, "stub"])]
+    graded += [(f"bug: {b.name}", reports[name, b.name]) for b in grader.get(name).planted_bugs]
+    table = grader.check_table(name, graded).splitlines()
+    assert len(table) == 2 + len(graded)
+    score = re.search(r"\| reference \| (\d+) / (\d+) \|", table[2])
+    assert score and score[1] == score[2], table[2]
+    never = next(row for row in table if "never accepts" in row)
+    assert "accepts nothing" in never.lower()
+
+
+def test_cli_check_refuses_an_unknown_assignment(capsys):
+    assert main(["assignment", "check", "nope"]) == 2
+    assert "no assignment called 'nope'" in capsys.readouterr().err

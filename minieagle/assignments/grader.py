@@ -217,3 +217,37 @@ def grade(name: str, folder: str | Path) -> Report:
         f: (root / f).read_text(encoding="utf-8") for f in assignment.files if (root / f).exists()
     }
     return grade_sources(name, sources)
+
+
+def check(name: str) -> list[tuple[str, Report]]:
+    """Grade the reference, the untouched stub and every planted bug of assignment `name`:
+    [(what was graded, its report)]. The instructor's check that an assignment grades well."""
+    assignment = get(name)
+    graded = [
+        ("reference", grade_sources(name, assignment.reference_sources())),
+        ("stub", grade_sources(name, assignment.stub_sources())),
+    ]
+    for bug in assignment.planted_bugs:
+        graded.append((f"bug: {bug.name}", grade_sources(name, assignment.bug_sources(bug))))
+    return graded
+
+
+def check_table(name: str, graded: list[tuple[str, Report]]) -> str:
+    """A Markdown table of `check`'s results: score, and the first failure message that names
+    each planted bug (or the first failure) - what a student would read."""
+    hints = {f"bug: {b.name}": b.hint.lower() for b in get(name).planted_bugs}
+    rows = ["| assignment | graded | score | what the report says (first matching failure) |"]
+    rows.append("|---|---|---|---|")
+    for what, report in graded:
+        failures = report.failures()
+        hint = hints.get(what)
+        named = [f for f in failures if hint and hint in f["message"].lower()]
+        shown = (named or failures or [{"test": "", "message": ""}])[0]
+        message = shown["message"].replace("|", "\\|").replace("\n", " ")
+        if len(message) > 160:
+            message = message[:157] + "..."
+        text = f"`{shown['test']}`: {message}" if shown["test"] and what != "stub" else ""
+        if what == "stub" and failures:
+            text = f"every test: {failures[0]['message']}"
+        rows.append(f"| `{name}` | {what} | {report.score} / {report.total} | {text} |")
+    return "\n".join(rows)
