@@ -67,8 +67,10 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 def top_children(log_q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The k most likely tokens of each row: (tokens int [F, k'], their log q [F, k']) with
     k' = min(k, V), most likely first, the lowest token id on ties. log_q: [F, V]."""
+    ### BEGIN SOLUTION eagle2_tree
     order = top_k_rows(log_q, k)  # [F, k']
     return order, np.take_along_axis(log_q, order, axis=-1)
+    ### END SOLUTION
 
 
 def top_children_of_logits(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -79,11 +81,13 @@ def top_children_of_logits(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.n
     logits = np.asarray(logits)
     if not np.issubdtype(logits.dtype, np.floating):
         logits = logits.astype(np.float64)
+    ### BEGIN SOLUTION eagle2_tree
     order = top_k_rows(logits, k)  # [F, k'], the order log-softmax keeps
     top = logits.max(axis=-1, keepdims=True)  # [F, 1]
     log_sum = np.log(np.exp(logits - top).sum(axis=-1, keepdims=True))  # [F, 1]
     picked = np.take_along_axis(logits, order, axis=-1) - top  # [F, k']
     return order, (picked - log_sum).astype(np.float64)
+    ### END SOLUTION
 
 
 def add_children(
@@ -108,6 +112,7 @@ def add_children(
             f"log_accept holds {log_accept.max()} > 0, an acceptance chance above 1; pass log "
             "probabilities (<= 0), e.g. Calibration.log_acceptance(log_q)"
         )
+    ### BEGIN SOLUTION eagle2_tree
     parent_scores = np.asarray([pool.scores[e] if e >= 0 else 0.0 for e in expanded])  # [F]
     k = tokens.shape[1]
     return Pool(
@@ -116,14 +121,17 @@ def add_children(
         np.concatenate([pool.scores, (parent_scores[:, None] + log_accept).reshape(-1)]),
         np.concatenate([pool.log_q, log_q.reshape(-1)]),
     )
+    ### END SOLUTION
 
 
 def next_frontier(pool: Pool, start: int, k: int) -> np.ndarray:
     """Pool indices of the k best-scored candidates among pool[start:] (the newest level), best
     first, the lower pool index on ties: the nodes the next head forward expands."""
+    ### BEGIN SOLUTION eagle2_tree
     scores = pool.scores[start:]
     order = np.lexsort((np.arange(len(scores)), -scores))[:k]  # sort by -score, then index
     return start + order
+    ### END SOLUTION
 
 
 def pool_depths(parents: np.ndarray) -> np.ndarray:
@@ -172,6 +180,7 @@ def rerank(scores: np.ndarray, parents: np.ndarray, count: int) -> np.ndarray:
         raise InvalidInputError(
             f"pool candidates {bad} do not list their parent earlier (-1 = root)"
         )
+    ### BEGIN SOLUTION eagle2_tree
     count = min(int(count), len(scores))
     depth = pool_depths(parents)
     ranked = np.lexsort((np.arange(len(scores)), depth, -scores))  # best first
@@ -199,6 +208,7 @@ def rerank(scores: np.ndarray, parents: np.ndarray, count: int) -> np.ndarray:
             raise AssertionError("rerank made no progress")
     selected = np.flatnonzero(chosen)
     return selected[np.lexsort((selected, depth[selected]))]
+    ### END SOLUTION
 
 
 def build_tree(root: int, pool: Pool, selected: np.ndarray, proposals=None) -> Tree:
@@ -206,15 +216,19 @@ def build_tree(root: int, pool: Pool, selected: np.ndarray, proposals=None) -> T
     proposals: None when every candidate is a deterministic pick (the q = 1 rule, §2.5), else
     one entry per pool candidate, the distribution it was drawn from (`Tree.proposals`)."""
     selected = np.asarray(selected, dtype=np.int64)
+    ### BEGIN SOLUTION eagle2_tree
     node_of = np.full(len(pool) + 1, -1, dtype=np.int64)  # pool index + 1 -> tree node
     node_of[0] = 0  # the root (pool parent -1)
     node_of[selected + 1] = np.arange(1, len(selected) + 1)
     parents = node_of[pool.parents[selected] + 1]
+    ### END SOLUTION
     if (parents < 0).any():
         raise InvalidInputError("a selected candidate's parent was not selected; use rerank()")
+    ### BEGIN SOLUTION eagle2_tree
     tokens = np.concatenate([[root], pool.tokens[selected]])
     chosen = () if proposals is None else (None, *(proposals[i] for i in selected))
     return Tree(tokens, np.concatenate([[-1], parents]), chosen)
+    ### END SOLUTION
 
 
 def calibration_table(

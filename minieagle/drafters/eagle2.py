@@ -166,25 +166,24 @@ class Eagle2Drafter(HeadDrafter):
         self._verified, self.pool, self.selected = None, None, None
         if not self._start_cycle(max_nodes):
             return Tree(np.asarray([root]), np.asarray([-1]))
-        drafts = min(self.total_tokens, max_nodes) - 1
-        steps = min(self.depth, drafts - 1)  # levels deeper than `drafts` cannot be chosen
         k = self.top_k
         f_root, root_logits = self.root_prediction
         predicted, logits, slot = {0: f_root}, {0: root_logits}, {}  # by node id = pool index + 1
+        head_outputs = (predicted, logits, slot)  # this cycle's, filled in level by level
         proposals = [] if self.sampled_tree and not self.sampling.greedy else None
+        ### BEGIN SOLUTION eagle2_tree
+        drafts = min(self.total_tokens, max_nodes) - 1
+        steps = min(self.depth, drafts - 1)  # levels deeper than `drafts` cannot be chosen
         pool = self._add_level(empty_pool(), [-1], root_logits[None, :], rng, proposals)
         frontier = next_frontier(pool, 0, k)
         for _ in range(steps):
-            fed = [int(i) + 1 for i in frontier]
-            node_tokens = [root, *pool.tokens.tolist()]
-            node_parents = [-1, *(pool.parents + 1).tolist()]
-            self._feed_level(fed, node_tokens, node_parents, predicted, logits, slot)
+            rows = self._frontier_logits(root, pool, frontier, head_outputs)  # [F, V]
             start = len(pool)
-            rows = np.stack([logits[n] for n in fed])  # [F, V]
             pool = self._add_level(pool, frontier, rows, rng, proposals)  # children appended
             frontier = next_frontier(pool, start, k)
         selected = rerank(pool.scores, pool.parents, drafts)
         tree = build_tree(root, pool, selected, proposals)
+        ### END SOLUTION
         self.pool, self.selected = pool, selected
         fed_rows = enumerate([-1, *selected.tolist()])
         self._draft_rows = (len(tree), {n: logits[c + 1] for n, c in fed_rows if c + 1 in logits})
@@ -197,6 +196,19 @@ class Eagle2Drafter(HeadDrafter):
             self.calibration_records += _reached_nodes(*self._verified, tokens)
             self._verified = None
         super().accept(tokens, features, next_token)
+
+    def _frontier_logits(self, root: int, pool, frontier, head_outputs) -> np.ndarray:
+        """The head's logits [F, V] (host) at the frontier (pool indices [F], all of the newest
+        level): ONE head forward, each candidate fed as (f̂ at its parent, its token) with the
+        tree mask and its depth's position. head_outputs: this cycle's (predicted, logits,
+        slot) by node id = pool index + 1 (`HeadDrafter._feed_level`); the frontier's are
+        added to them."""
+        predicted, logits, slot = head_outputs
+        nodes = [int(i) + 1 for i in frontier]
+        node_tokens = [root, *pool.tokens.tolist()]
+        node_parents = [-1, *(pool.parents + 1).tolist()]
+        self._feed_level(nodes, node_tokens, node_parents, predicted, logits, slot)
+        return np.stack([logits[n] for n in nodes])  # [F, V]
 
     def _add_level(self, pool, expanded, logits: np.ndarray, rng: Randomness, proposals):
         """The pool with the children of `expanded` (pool indices [F], [-1] = the root) whose
