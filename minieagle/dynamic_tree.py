@@ -213,8 +213,9 @@ def rerank(scores: np.ndarray, parents: np.ndarray, count: int) -> np.ndarray:
 
 def build_tree(root: int, pool: Pool, selected: np.ndarray, proposals=None) -> Tree:
     """The draft tree: node 0 = root, node j + 1 = pool candidate selected[j] (parents-first).
-    proposals: None when every candidate is a deterministic pick (the q = 1 rule, §2.5), else
-    one entry per pool candidate, the distribution it was drawn from (`Tree.proposals`)."""
+    proposals: None when every candidate is a deterministic pick (the one-hot rule,
+    docs/lossless.md §2), else one entry per pool candidate, the distribution it was drawn from
+    (`Tree.proposals`)."""
     selected = np.asarray(selected, dtype=np.int64)
     ### BEGIN SOLUTION eagle2_tree
     node_of = np.full(len(pool) + 1, -1, dtype=np.int64)  # pool index + 1 -> tree node
