@@ -244,8 +244,11 @@ def check_table(name: str, graded: list[tuple[str, Report]]) -> str:
         named = [f for f in failures if hint and hint in f["message"].lower()]
         shown = (named or failures or [{"test": "", "message": ""}])[0]
         message = shown["message"].replace("|", "\\|").replace("\n", " ")
-        if len(message) > 160:
-            message = message[:157] + "..."
+        at = message.lower().find(hint) if named else 0  # show the words that name the bug
+        if at > 100:
+            message = "..." + message[at - 90 :]
+        if len(message) > 200:
+            message = message[:197] + "..."
         text = f"`{shown['test']}`: {message}" if shown["test"] and what != "stub" else ""
         if what == "stub" and failures:
             text = f"every test: {failures[0]['message']}"
