@@ -251,6 +251,6 @@ def check_table(name: str, graded: list[tuple[str, Report]]) -> str:
             message = message[:197] + "..."
         text = f"`{shown['test']}`: {message}" if shown["test"] and what != "stub" else ""
         if what == "stub" and failures:
-            text = f"every test: {failures[0]['message']}"
+            text = "every test: " + failures[0]["message"].split("\n")[0]
         rows.append(f"| `{name}` | {what} | {report.score} / {report.total} | {text} |")
     return "\n".join(rows)
