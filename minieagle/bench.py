@@ -185,17 +185,57 @@ def ood_prompts(tokenizer, per_kind: int = 2, length: int = 32) -> list[tuple[st
     return prompts
 
 
+_EDIT_FILE = Path(__file__).resolve().parent / "data" / "edit_prompts.jsonl"
+
+
+@functools.cache
+def _edit_texts() -> tuple[str, ...]:
+    """The prompt texts of `data/edit_prompts.jsonl`, in file order."""
+    if not _EDIT_FILE.is_file():
+        raise MissingFileError(
+            f"{_EDIT_FILE} is missing; reinstall minieagle or rebuild it with "
+            "`python -m minieagle.data.build_edit_prompts`"
+        )
+    with _EDIT_FILE.open(encoding="utf-8") as lines:
+        return tuple(json.loads(line)["text"] for line in lines if line.strip())
+
+
+def edit_prompts(tokenizer, count: int | None = None) -> list[tuple[str, list]]:
+    """("edit", ids): the first `count` (default all, 8) "edit this code" prompts of
+    `data/edit_prompts.jsonl`, whole (<bos> included): a held-out stdlib function, a comment
+    asking for it back with one parameter renamed, and the renamed first line, so the
+    continuation mostly repeats the prompt (PROVENANCE.md, data/build_edit_prompts.py). Not cut
+    to a length: the function is what the continuation copies."""
+    if tokenizer is None:
+        raise InvalidInputError(
+            "the edit prompts are text, and this model has no tokenizer; use the 'heldout' "
+            "prompt set (random ids) or a model with a tokenizer.json"
+        )
+    texts = _edit_texts()
+    count = len(texts) if count is None else count
+    if not 1 <= count <= len(texts):
+        raise InvalidInputError(
+            f"count={count} is outside [1, {len(texts)}]: {_EDIT_FILE.name} holds {len(texts)} "
+            "prompts; pass a count such as 4"
+        )
+    return [("edit", tokenizer.encode(text, add_bos=True)) for text in texts[:count]]
+
+
 def prompt_set(tokenizer, name: str, per_kind: int = 2, length: int = 32) -> list[tuple[str, list]]:
     """(kind, ids) of the prompt set `name`: "heldout" (`heldout_prompts`, kinds "prose" and
     "code", `per_kind` per corpus), "ood" (`ood_prompts`, kinds "ood-prose" and "ood-code") or
-    "both" (the held-out prompts, then the out-of-domain ones). Every prompt has `length` ids."""
-    if name not in PROMPT_SETS:
-        raise InvalidInputError(f"prompt set {name!r} is unknown; pass one of {PROMPT_SETS}")
+    "both" (the held-out prompts, then the out-of-domain ones); every one has `length` ids. Or
+    "edit" (`edit_prompts`, kind "edit", 2 * `per_kind` whole prompts, `length` ignored)."""
+    names = (*PROMPT_SETS, "edit")  # "edit": whole prompts, not windows of `length` tokens
+    if name not in names:
+        raise InvalidInputError(f"prompt set {name!r} is unknown; pass one of {names}")
     prompts = []
     if name in ("heldout", "both"):
         prompts += heldout_prompts(tokenizer, per_corpus=per_kind, length=length)
     if name in ("ood", "both"):
         prompts += ood_prompts(tokenizer, per_kind=per_kind, length=length)
+    if name == "edit":
+        prompts += edit_prompts(tokenizer, count=min(2 * per_kind, len(_edit_texts())))
     return prompts
 
 

@@ -16,6 +16,7 @@ DEFAULT_MODEL = PRETRAINED / "small"
 DEFAULT_DRAFT_MODEL = PRETRAINED / "small-draft"
 DEFAULT_HEAD = PRETRAINED / "small-eagle1"
 DEFAULT_EAGLE3_HEAD = PRETRAINED / "small-eagle3"
+DEFAULT_MEDUSA_HEAD = PRETRAINED / "small-medusa"
 
 DEMO_PROMPTS = (
     ("prose", "The garbage collector"),
@@ -52,13 +53,15 @@ def _sampling(args):
 _METHOD_FLAGS = {
     "gamma": ("--gamma", ("draft-model",)),
     "draft_model": ("--draft-model", ("draft-model",)),
-    "head": ("--head", ("eagle1", "eagle2", "eagle3")),
-    "tree": ("--tree", ("eagle1",)),
-    "depth": ("--depth", ("eagle1", "eagle2", "eagle3")),
+    "head": ("--head", ("eagle1", "eagle2", "eagle3", "medusa")),
+    "tree": ("--tree", ("eagle1", "medusa")),
+    "depth": ("--depth", ("eagle1", "eagle2", "eagle3", "medusa")),
     "tree_top_k": ("--tree-top-k", ("eagle2", "eagle3")),
     "total_tokens": ("--total-tokens", ("eagle2", "eagle3")),
     "calibration": ("--calibration", ("eagle2", "eagle3")),
     "sampled_tree": ("--sampled-tree", ("eagle2", "eagle3")),
+    "prompt_lookup_num_tokens": ("--prompt-lookup-num-tokens", ("pld",)),
+    "max_matching_ngram_size": ("--max-matching-ngram-size", ("pld",)),
 }
 DEFAULT_GAMMA = 4
 DEFAULT_CHAIN_DEPTH = 5
@@ -72,10 +75,14 @@ def check_method_flags(args) -> None:
                 f"{flag} applies to --method {' or '.join(methods)}, not {args.method}; "
                 f"drop {flag} or pass --method {methods[0]}"
             )
-    if args.method == "eagle1" and args.depth is not None and args.tree != "chain":
+    if args.method in ("eagle1", "medusa") and args.depth is not None and args.tree != "chain":
         raise InvalidInputError(
-            f"--depth {args.depth} applies to eagle1 only with --tree chain (the default tree "
-            "has a fixed shape); add --tree chain or drop --depth"
+            f"--depth {args.depth} applies to {args.method} only with --tree chain (the default "
+            "tree has a fixed shape); add --tree chain or drop --depth"
+        )
+    if args.method == "medusa" and args.tree == "auto":
+        raise InvalidInputError(
+            "--tree auto sizes eagle1's chain; medusa takes --tree default or --tree chain"
         )
 
 
@@ -85,6 +92,9 @@ def _head_dir(args) -> Path:
     if args.method == "eagle3":
         chosen = args.eagle3_head if hasattr(args, "eagle3_head") else args.head
         return Path(chosen or DEFAULT_EAGLE3_HEAD)
+    if args.method == "medusa":  # bench and demo keep --head for the EAGLE-1 head
+        chosen = getattr(args, "medusa_head", None) if hasattr(args, "eagle3_head") else args.head
+        return Path(chosen or DEFAULT_MEDUSA_HEAD)
     return Path(args.head or DEFAULT_HEAD)
 
 
@@ -147,6 +157,12 @@ def _drafter_factory(args, config, target, tokenizer=None):
         head = load_eagle3_head(
             _head_dir(args), dtype=dtype, target_config=config, target_dir=args.model
         )
+    if args.method == "medusa":
+        from minieagle.heads.medusa import load_medusa_heads
+
+        head = load_medusa_heads(_head_dir(args), target_dir=args.model, dtype=dtype)
+        if tree.startswith("chain:") and depth is None:  # one level per head
+            tree = f"chain:{head[1].num_heads}"
     if args.method == "draft-model":
         draft_dir = args.draft_model or DEFAULT_DRAFT_MODEL
         draft_params, draft_config, _ = load_checkpoint(draft_dir, with_tokenizer=False)
@@ -162,6 +178,9 @@ def _drafter_factory(args, config, target, tokenizer=None):
     gamma = DEFAULT_GAMMA if getattr(args, "gamma", None) is None else args.gamma
     target = (target, config)
     kwargs = dict(draft_model=draft_model, gamma=gamma, target=target, head=head, tree=tree)
+    if method == "pld":
+        for name in ("prompt_lookup_num_tokens", "max_matching_ngram_size"):
+            kwargs[name] = getattr(args, name, None)
     auto = method in ("eagle2", "eagle3") and args.total_tokens in (None, "auto")
     if auto or (method == "eagle1" and tree == "auto"):
         if tokenizer is None:
@@ -273,6 +292,8 @@ def cmd_demo(args) -> int:
             directory = _head_dir(args)
         if (Path(directory) / "model.safetensors").is_file():
             methods[method] = _drafter_factory(args, config, target, tokenizer)
+    args.method = "pld"  # prompt lookup: no trained weights, always available
+    methods["pld"] = _drafter_factory(args, config, target, tokenizer)
     sampled = SamplingParams(temperature=0.7, top_p=0.9)
     for kind, prompt in DEMO_PROMPTS:
         ids = tokenizer.encode(prompt, add_bos=True)
@@ -309,7 +330,7 @@ def cmd_demo(args) -> int:
 
 
 def cmd_train(args) -> int:
-    if args.what in ("eagle1", "eagle3"):
+    if args.what in ("eagle1", "eagle3", "medusa"):
         return _train_eagle_head(args)
     from minieagle.train import TrainConfig, train
 
@@ -347,6 +368,8 @@ _HEAD_FLAGS = {  # flag -> the head it shapes
     "draft_vocab_size": "eagle3",
     "aux_layers": "eagle3",
     "lm_head_init": "eagle3",
+    "medusa_heads": "medusa",
+    "medusa_lm_head": "medusa",
 }
 
 
@@ -367,16 +390,17 @@ def _train_eagle_head(args) -> int:
     names += ("warmup_steps", "eval_every", "eval_batches", "save_every", "seed")
     names += ("export_dir", "export_dtype", "max_train_chars", "data", "generated_tokens")
     names += ("ttt_steps", "draft_vocab_size", "aux_layers", "lm_head_init")
-    names += ("chat_prompts", "prompt_tokens", "cache_features", "max_windows")
+    names += ("chat_prompts", "prompt_tokens", "cache_features", "max_windows", "medusa_heads")
     fields = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
-    if args.what == "eagle3":
-        fields.setdefault("out_dir", "runs/eagle3")
+    if args.medusa_lm_head is not None:
+        fields["medusa_own_lm_head"] = args.medusa_lm_head == "own"
+    if args.what in ("eagle3", "medusa"):
+        fields.setdefault("out_dir", f"runs/{args.what}")
     cfg = EagleTrainConfig(head=args.what, **fields)
     log = train_eagle_head(cfg, resume=not args.no_resume, progress=not args.quiet)
     print(json.dumps(log["evals"][-1] if log["evals"] else {}, indent=2))
-    print(
-        f"{'EAGLE-1' if args.what == 'eagle1' else 'EAGLE-3'} head written to {log['export_dir']}"
-    )
+    kind = {"eagle1": "EAGLE-1 head", "eagle3": "EAGLE-3 head", "medusa": "Medusa heads"}
+    print(f"{kind[args.what]} written to {log['export_dir']}")
     return 0
 
 
@@ -432,6 +456,7 @@ def cmd_bench(args) -> int:
             ("eagle2-26", "eagle2", "default", (5, 8, 26)),
             ("eagle3", "eagle3", "default", given),
             ("eagle3-26", "eagle3", "default", (5, 8, 26)),
+            ("pld", "pld", "default", (None, None, None)),
         ]
         for label, method, tree, (depth, top_k, total) in variants:
             args.method, args.tree, args.depth = method, tree, depth
@@ -560,14 +585,15 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--method",
                 default="vanilla",
-                choices=["vanilla", "draft-model", "eagle1", "eagle2", "eagle3"],
+                choices=["vanilla", "draft-model", "eagle1", "eagle2", "eagle3", "pld", "medusa"],
                 help="decoding method (default: vanilla)",
             )
             p.add_argument(
                 "--tree",
                 choices=["default", "chain", "auto"],
                 help="eagle1's static tree: the 26-token default, a chain of --depth drafts, or "
-                "auto: the chain length sized for this machine (docs/speed.md)",
+                "auto: the chain length sized for this machine (docs/speed.md); medusa: its "
+                "22-token default tree or a chain of --depth drafts (default: one per head)",
             )
         p.add_argument(
             "--draft-model",
@@ -584,7 +610,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "--head",
                 help=f"the head of --method: an EAGLE-1 head for eagle1 and eagle2 (same "
                 f"weights; default {DEFAULT_HEAD.name}), an EAGLE-3 head for eagle3 (default "
-                f"{DEFAULT_EAGLE3_HEAD.name})",
+                f"{DEFAULT_EAGLE3_HEAD.name}), Medusa heads for medusa (default "
+                f"{DEFAULT_MEDUSA_HEAD.name})",
             )
         else:
             p.add_argument(
@@ -617,6 +644,19 @@ def build_parser() -> argparse.ArgumentParser:
             help="eagle2/eagle3: tree nodes verified per cycle, the root included, or auto "
             "(the default): depth, top-k and size chosen from this machine's measured costs, "
             "--depth and --tree-top-k constraining the choice (docs/speed.md)",
+        )
+        p.add_argument(
+            "--prompt-lookup-num-tokens",
+            dest="prompt_lookup_num_tokens",
+            type=_integer(1, "a draft length such as 10"),
+            help="pld: most tokens copied from the context per cycle (default 10)",
+        )
+        p.add_argument(
+            "--max-matching-ngram-size",
+            dest="max_matching_ngram_size",
+            type=_integer(1, "an n-gram size such as 2"),
+            help="pld: longest n-gram of the context's end looked up earlier in it, tried "
+            "longest first (default 2)",
         )
 
     def device_flag(p):
@@ -676,10 +716,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a model (see docs/training.md)")
     p.add_argument(
         "what",
-        choices=["target", "draft-model", "eagle1", "eagle3"],
+        choices=["target", "draft-model", "eagle1", "eagle3", "medusa"],
         help="a language model: the target, or the small draft model of classic "
         "speculative decoding (same training, another preset); or eagle1 / eagle3: an EAGLE "
-        "draft head for the frozen --target",
+        "draft head for the frozen --target; or medusa: Medusa-1 heads for it",
+    )
+    p.add_argument(
+        "--medusa-heads",
+        dest="medusa_heads",
+        type=_integer(1, "a head count such as 4"),
+        help="medusa: K heads, head k guessing the token k + 1 steps ahead (4)",
+    )
+    p.add_argument(
+        "--medusa-lm-head",
+        dest="medusa_lm_head",
+        choices=("own", "shared"),
+        help="medusa: own (default, the paper's): each head trains its own LM head, initialised "
+        "from the target's; shared: all read the target's, frozen (16x fewer parameters)",
     )
     p.add_argument("--target", help="eagle1/eagle3: target checkpoint (default: the shipped small)")
     p.add_argument(
@@ -801,10 +854,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--prompts",
-        choices=["heldout", "ood", "both"],
+        choices=["heldout", "ood", "both", "edit"],
         default="heldout",
         help="held-out windows of the corpora, out-of-domain prompts (other packages' docs "
-        "and code), or both",
+        "and code), or both; or edit: 'edit this code' prompts whose answer repeats them",
     )
     p.add_argument("--repeats", type=_integer(1, "a count such as 5"), default=5)
     p.add_argument("--new-tokens", type=_integer(1, "a count such as 64"), default=64)

@@ -42,6 +42,7 @@ from minieagle.heads.eagle1 import (
     save_head,
 )
 from minieagle.heads.eagle3_io import save_eagle3_head
+from minieagle.heads.medusa import MedusaRecipe
 from minieagle.optim import AdamW, AdamWConfig, clip_grad_norm, cosine_lr
 from minieagle.train import (
     _check_shared_fields,
@@ -65,7 +66,7 @@ from minieagle.train import (
 DEFAULT_TARGET = str(Path(__file__).parent / "pretrained" / "small")
 RUN_FILE = "eagle_train_config.json"
 DATA_SOURCES = ("corpus", "generated", "corpus+generated")
-HEADS = ("eagle1", "eagle3")
+HEADS = ("eagle1", "eagle3", "medusa")
 LM_HEAD_INITS = ("random", "target")
 
 
@@ -114,6 +115,8 @@ class EagleTrainConfig:
     # instead of a target forward per batch: for real targets, whose forward dominates
     cache_features: bool = False
     max_windows: int = 0  # with cache_features: keep this many windows (0 = all)
+    medusa_heads: int = 4  # medusa: K heads, head k guessing x_{t+k+1} (step_weight: λ decay)
+    medusa_own_lm_head: bool = True  # medusa: a trained LM head per head (the paper's), or shared
 
     def __post_init__(self) -> None:
         self.corpora = tuple(self.corpora)
@@ -123,6 +126,8 @@ class EagleTrainConfig:
         _check_shared_fields(self)
         if self.head not in HEADS:
             raise InvalidInputError(f"head={self.head!r} is not one of {HEADS}; pass 'eagle3'")
+        if self.medusa_heads < 1:
+            raise InvalidInputError(f"medusa_heads={self.medusa_heads} must be >= 1, e.g. 4")
         if self.ttt_steps < 1:
             raise InvalidInputError(f"ttt_steps={self.ttt_steps} must be >= 1, e.g. 7")
         if not (math.isfinite(self.step_weight) and 0 < self.step_weight <= 1):
@@ -498,7 +503,7 @@ class Eagle3Recipe:
         )  # fmt: skip
 
 
-RECIPES = {"eagle1": Eagle1Recipe, "eagle3": Eagle3Recipe}
+RECIPES = {"eagle1": Eagle1Recipe, "eagle3": Eagle3Recipe, "medusa": MedusaRecipe}
 
 
 # ---------------------------------------------------------------------------- the loop

@@ -53,7 +53,7 @@ class NoDrafter:
         pass
 
 
-METHODS = ("vanilla", "draft-model", "eagle1", "eagle2", "eagle3")
+METHODS = ("vanilla", "draft-model", "eagle1", "eagle2", "eagle3", "pld", "medusa")
 
 
 def build_drafter(
@@ -70,6 +70,8 @@ def build_drafter(
     calibration=None,
     sampled_tree: bool = False,
     sizer=None,
+    prompt_lookup_num_tokens: int | None = None,
+    max_matching_ngram_size: int | None = None,
 ):
     """The drafter for a method name (None for vanilla).
 
@@ -84,7 +86,11 @@ def build_drafter(
     (`minieagle.drafters.eagle2.EAGLE3_DEFAULTS`). Both take the options calibration (a
     `minieagle.calibration.Calibration`) and sampled_tree (docs/calibration.md), and sizer: a
     callable sampling -> `minieagle.sizing.Sizing` that sizes the tree for this machine when a
-    sequence begins (then None sizes are its choice, given ones constrain it)."""
+    sequence begins (then None sizes are its choice, given ones constrain it).
+    "pld" (prompt lookup, training-free) takes prompt_lookup_num_tokens and
+    max_matching_ngram_size; None means Hugging Face's defaults, 10 and 2.
+    "medusa" takes target, head = (Medusa heads, MedusaConfig) and tree ("default" = our
+    22-token Medusa tree, "chain:D" or a path list of child ranks, at most K deep)."""
     if method == "vanilla":
         return None
     if method == "draft-model":
@@ -121,4 +127,21 @@ def build_drafter(
             *target, *head, **sizes, calibration=calibration, sampled_tree=sampled_tree,
             sizer=sizer,
         )  # fmt: skip
+    if method == "pld":
+        from minieagle.drafters.prompt_lookup import PromptLookupDrafter
+
+        sizes = dict(
+            prompt_lookup_num_tokens=prompt_lookup_num_tokens,
+            max_matching_ngram_size=max_matching_ngram_size,
+        )
+        return PromptLookupDrafter(**{k: v for k, v in sizes.items() if v is not None})
+    if method == "medusa":
+        from minieagle.drafters.medusa import MedusaDrafter
+
+        if head is None or target is None:
+            raise InvalidInputError(
+                "method 'medusa' needs the target and trained Medusa heads; pass --head DIR "
+                "(train them with `minieagle train medusa`)"
+            )
+        return MedusaDrafter(*target, *head, tree=tree)
     raise InvalidInputError(f"unknown method {method!r}; expected one of {list(METHODS)}")
