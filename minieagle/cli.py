@@ -285,7 +285,7 @@ def cmd_demo(args) -> int:
         f"{config.hidden_size}, {n_params / 1e6:.2f}M parameters, vocab {config.vocab_size})\n"
     )
     methods = {"vanilla": lambda: None}
-    for method in ("draft-model", "eagle1", "eagle2", "eagle3"):
+    for method in ("draft-model", "eagle1", "eagle2", "eagle3", "medusa"):
         args.method, args.tree = method, "default"
         directory = args.draft_model or DEFAULT_DRAFT_MODEL
         if method != "draft-model":
@@ -457,11 +457,12 @@ def cmd_bench(args) -> int:
             ("eagle3", "eagle3", "default", given),
             ("eagle3-26", "eagle3", "default", (5, 8, 26)),
             ("pld", "pld", "default", (None, None, None)),
+            ("medusa", "medusa", "default", (None, None, None)),
         ]
         for label, method, tree, (depth, top_k, total) in variants:
             args.method, args.tree, args.depth = method, tree, depth
             args.tree_top_k, args.total_tokens = top_k, total
-            if method.startswith("eagle") and not _head_dir(args).is_dir():
+            if method.startswith(("eagle", "medusa")) and not _head_dir(args).is_dir():
                 print(f"[bench: no head at {_head_dir(args)}; {label} skipped]", file=sys.stderr)
                 continue
             methods[label] = _drafter_factory(args, config, target, tokenizer)
