@@ -68,12 +68,15 @@ def test_demo_runs_greedy_and_sampled_on_prose_and_code(checkpoint, tmp_path, ca
     flags = ["--draft-model", str(draft), "--head", str(tmp_path / "no-head")]
     flags += ["--eagle3-head", str(tmp_path / "no-eagle3-head")]
     assert main(["demo", "--model", checkpoint, "--max-new-tokens", "5", *flags]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "2 layers, width 32" in out
     for kind in ("prose", "code"):
         assert f"=== {kind} prompt, greedy ===" in out
         assert f"=== {kind} prompt, sampled (T=0.7, top_p=0.9, seed 0) ===" in out
     assert "draft-model" in out and "eagle1" not in out and "eagle3" not in out
+    assert "pld" in out and "medusa" not in out  # the shipped heads fit the shipped target only
+    assert "medusa skipped" in captured.err
     assert out.count("identical greedy output from every method: True") == 2
 
 
