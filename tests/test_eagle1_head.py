@@ -10,11 +10,11 @@ import json
 
 import numpy as np
 import pytest
-from gradcheck import failures, gradient_errors
 from safetensors import safe_open
 
 from minieagle import backend, losses, model
 from minieagle.config import preset
+from minieagle.gradcheck import failures, gradient_errors
 from minieagle.heads.eagle1 import (
     INPUTS,
     Eagle1Config,

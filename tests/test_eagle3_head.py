@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gradcheck import failures, gradient_errors
 from hypothesis import given
 from hypothesis import strategies as st
 
 from minieagle import backend, layers, model
 from minieagle.config import LlamaConfig
+from minieagle.gradcheck import failures, gradient_errors
 from minieagle.heads import eagle3
 from minieagle.heads.eagle3 import (
     DraftVocab,

@@ -1,9 +1,9 @@
 """Every forward/backward pair of minieagle.layers against float64 centred differences.
 
 Each pair is checked with a random upstream gradient (f = sum(out * dout)) and each of its inputs
-with its own bound (see gradcheck.py). The checker itself is shown to fail on two deliberately
-broken backwards. Attention is also compared with a plain-Python oracle (loops and math.exp) and
-RoPE with its defining property: scores depend only on the relative position.
+with its own bound (see minieagle/gradcheck.py). The checker itself is shown to fail on two
+deliberately broken backwards. Attention is also compared with a plain-Python oracle (loops and
+math.exp) and RoPE with its defining property: scores depend only on the relative position.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import math
 
 import numpy as np
 import pytest
-from gradcheck import failures, gradient_errors
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minieagle import layers
+from minieagle.gradcheck import failures, gradient_errors
 from minieagle.model import causal_mask
 
 # Observed errors are below 1e-9; 1e-7 leaves room without letting an O(1) bug through.

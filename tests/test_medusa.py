@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gradcheck import gradient_errors
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny_eagle import CONFIG, LAW_TOLERANCE, TARGET, V
@@ -35,6 +34,7 @@ from minieagle.drafters.medusa import (
     tree_from_accuracies,
 )
 from minieagle.generate import greedy_reference
+from minieagle.gradcheck import gradient_errors
 from minieagle.heads.medusa import (
     IGNORE,
     MedusaConfig,

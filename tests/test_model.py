@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gradcheck import failures, gradient_errors
 
 from minieagle import layers, model
 from minieagle.config import LlamaConfig, preset
+from minieagle.gradcheck import failures, gradient_errors
 
 # A tiny float64 model with large weights: a peaked softmax and non-trivial norms make every
 # term of the backward matter.

@@ -1,4 +1,4 @@
-"""The tiny target and random EAGLE head the drafter tests share (imported like gradcheck.py).
+"""The tiny target and random EAGLE head the drafter tests share (a plain module beside them).
 
 A wide initialisation makes the target's next-token laws peaked and context-dependent; six tokens
 let a random head's drafts be accepted often, so every branch of the speculative loop runs, and

@@ -14,6 +14,7 @@ import pytest
 
 from minieagle import layers
 from minieagle.config import LlamaConfig
+from minieagle.gradcheck import numerical_gradient
 from minieagle.model import (
     decoder_layer_backward,
     decoder_layer_forward,
@@ -168,23 +169,6 @@ def assert_close(got, want, what, hint):
     assert got.shape == want.shape, f"{what} has shape {got.shape}, expected {want.shape}. {hint}"
     err = float(np.max(np.abs(got - want)))
     assert err < ATOL, f"{what}: off by up to {err:.2e} from the expected value. {hint}"
-
-
-def numerical_gradient(f, x, flat_indices, eps=1e-6):
-    """Centred differences (f(x + eps e_i) - f(x - eps e_i)) / 2 eps at x's flat indices; x is
-    perturbed in place (f must read it) and restored exactly."""
-    flat = x.reshape(-1)
-    assert np.shares_memory(flat, x), "the checker needs contiguous inputs"
-    out = np.empty(len(flat_indices))
-    for n, i in enumerate(flat_indices):
-        saved = flat[i]
-        flat[i] = saved + eps
-        f_plus = f()
-        flat[i] = saved - eps
-        f_minus = f()
-        flat[i] = saved
-        out[n] = (f_plus - f_minus) / (2 * eps)
-    return out
 
 
 def gradient_errors(f, inputs, analytic, entries=12, seed=0):

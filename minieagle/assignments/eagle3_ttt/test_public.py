@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from minieagle.config import LlamaConfig
+from minieagle.gradcheck import numerical_gradient
 from minieagle.heads.eagle3 import (
     DraftVocab,
     Eagle3Config,
@@ -236,21 +237,6 @@ def loss_hint(got_per_step, got_total, args, step_logits, step_weight):
     )
 
 
-def centred_differences(f, params, name, entries, eps=1e-5):
-    """d f / d params[name] at `entries` (flat indices) by centred differences, in float64."""
-    out = []
-    flat = params[name].reshape(-1)
-    for i in entries:
-        keep = flat[i]
-        flat[i] = keep + eps
-        up = f()
-        flat[i] = keep - eps
-        down = f()
-        flat[i] = keep
-        out.append((up - down) / (2 * eps))
-    return np.array(out)
-
-
 GRADIENT_HINTS = {
     "fc.weight": "fc's gradient comes from step 0's feature only (dnext after the last loop)",
     "lm_head.weight": "the readout's backward (soft-CE's dlogits, scaled as in your loss)",
@@ -272,8 +258,11 @@ def check_gradients(args, steps, step_weight=0.7, per_tensor=3, seed=0):
             f"the gradient of {name} has shape {grads[name].shape}, the tensor {head[name].shape}"
         )
         entries = rng.choice(head[name].size, size=min(per_tensor, head[name].size), replace=False)
-        want = centred_differences(
-            lambda: ttt_loss(*args, steps=steps, step_weight=step_weight)[0], head, name, entries
+        want = numerical_gradient(
+            lambda: ttt_loss(*args, steps=steps, step_weight=step_weight)[0],
+            head[name],
+            entries,
+            eps=1e-5,
         )
         got = grads[name].reshape(-1)[entries]
         errors[name] = (float(np.abs(got - want).max()), float(np.abs(want).max()))

@@ -1,6 +1,7 @@
 """A float64 centred-difference gradient checker, one bound per tensor (llm.c's lesson).
 
-The tests build a scalar `f()` that reads its inputs (arrays perturbed in place here) and, for a
+The test suite and the course assignments' graders (minieagle/assignments) share it. The tests
+build a scalar `f()` that reads its inputs (arrays perturbed in place here) and, for a
 layer, contracts the output with a fixed *random* upstream gradient: f = sum(out * dout). A
 uniform dout would hide bugs that only show when rows or positions are weighted differently.
 
