@@ -193,6 +193,20 @@ def value_problem(name: str, tensor) -> str | None:
     return None
 
 
+def check_head_tensors(tensors: dict, expected: dict, what: str = "head") -> None:
+    """A trained head must hold exactly the tensors `expected` ({name: shape}), each floating
+    point and finite (a NaN would make every draft useless). Raises InvalidInputError naming
+    every wrong tensor; `what` names the head in the message."""
+    got = {name: tuple(np.shape(value)) for name, value in tensors.items()}
+    if got != expected:
+        wrong = sorted(n for n in expected.keys() | got.keys() if got.get(n) != expected.get(n))
+        details = ", ".join(f"{n}: got {got.get(n)}, expected {expected.get(n)}" for n in wrong)
+        raise InvalidInputError(f"{what} tensors do not match the config ({details})")
+    problems = [p for name in expected if (p := value_problem(name, tensors[name])) is not None]
+    if problems:
+        raise InvalidInputError(f"{what} tensors are unusable: {'; '.join(problems)}")
+
+
 def validate_params(params: dict, config: LlamaConfig) -> None:
     """Check `params` has exactly the tensors of `config`, each floating, of the right shape, and
     finite. Raises ValueError listing every problem (names, shapes got/expected, NaN/inf counts)."""

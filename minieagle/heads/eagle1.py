@@ -27,6 +27,7 @@ from minieagle.backend import array_module, to_device, zeros
 from minieagle.checkpoint import (
     CONFIG_FILE,
     WEIGHTS_FILE,
+    check_head_tensors,
     check_trained_for,
     config_from_hf_dict,
     config_to_hf_dict,
@@ -35,7 +36,6 @@ from minieagle.checkpoint import (
     read_tensors,
     storage_dtype,
     target_record,
-    value_problem,
     write_directory_atomically,
     write_tensors,
 )
@@ -321,15 +321,7 @@ def eagle1_loss(
 def _validate_head(head: dict, cfg: Eagle1Config) -> None:
     """The head must hold exactly the tensors of `cfg`, each of its shape, floating point and
     finite (a NaN would make every draft useless, or crash the tree search)."""
-    expected = head_param_shapes(cfg)
-    got = {name: tuple(np.shape(value)) for name, value in head.items()}
-    if got != expected:
-        wrong = sorted(n for n in expected.keys() | got.keys() if got.get(n) != expected.get(n))
-        details = ", ".join(f"{n}: got {got.get(n)}, expected {expected.get(n)}" for n in wrong)
-        raise InvalidInputError(f"head tensors do not match the config ({details})")
-    problems = [p for name in expected if (p := value_problem(name, head[name])) is not None]
-    if problems:
-        raise InvalidInputError(f"head tensors are unusable: {'; '.join(problems)}")
+    check_head_tensors(head, head_param_shapes(cfg))
 
 
 def save_head(directory, head: dict, cfg: Eagle1Config, *, target_dir=None, dtype="float32"):

@@ -33,13 +33,13 @@ from minieagle.backend import array_module, to_device, to_host
 from minieagle.checkpoint import (
     CONFIG_FILE,
     WEIGHTS_FILE,
+    check_head_tensors,
     check_trained_for,
     config_value,
     read_config_json,
     read_tensors,
     storage_dtype,
     target_record,
-    value_problem,
     write_directory_atomically,
     write_tensors,
 )
@@ -300,15 +300,7 @@ class MedusaRecipe:
 
 
 def _validate_heads(heads: dict, cfg: MedusaConfig) -> None:
-    expected = head_param_shapes(cfg)
-    got = {name: tuple(np.shape(value)) for name, value in heads.items()}
-    if got != expected:
-        wrong = sorted(n for n in expected.keys() | got.keys() if got.get(n) != expected.get(n))
-        details = ", ".join(f"{n}: got {got.get(n)}, expected {expected.get(n)}" for n in wrong)
-        raise InvalidInputError(f"Medusa head tensors do not match the config ({details})")
-    problems = [p for name in expected if (p := value_problem(name, heads[name])) is not None]
-    if problems:
-        raise InvalidInputError(f"Medusa head tensors are unusable: {'; '.join(problems)}")
+    check_head_tensors(heads, head_param_shapes(cfg), "Medusa head")
 
 
 def save_medusa_heads(directory, heads: dict, cfg: MedusaConfig, *, target_dir=None,
