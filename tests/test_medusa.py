@@ -426,7 +426,7 @@ def test_heads_for_another_target_are_refused():
     with pytest.raises(ValueError, match="hidden_size=32 but the target has 16"):
         MedusaDrafter(TARGET, CONFIG, _random_heads(0, cfg=other), other)
     bad = dict(HEADS, **{"medusa_head.1.0.linear.weight": np.zeros((16, 8))})
-    with pytest.raises(ValueError, match=r"is \(16, 8\), expected \(16, 16\)"):
+    with pytest.raises(ValueError, match=r"has shape \(16, 8\) but its config says \(16, 16\)"):
         MedusaDrafter(TARGET, CONFIG, bad, CFG)
     with pytest.raises(ValueError, match="--head DIR"):
         build_drafter("medusa", target=(TARGET, CONFIG))

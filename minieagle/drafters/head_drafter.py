@@ -276,22 +276,28 @@ def _depth(node: int, parents) -> int:
 def _check_eagle1_head(target_config: LlamaConfig, head: dict, head_cfg: Eagle1Config) -> None:
     """The head must have been built for this target (same vocabulary and width), and its
     weights must match its config."""
-    layer = head_cfg.layer
+    check_head_fits("EAGLE-1 head", "eagle1", head_cfg.layer, target_config, head,
+                    head_param_shapes(head_cfg))  # fmt: skip
+
+
+def check_head_fits(what: str, method: str, head_sizes, target_config: LlamaConfig, params: dict,
+                    shapes: dict) -> None:  # fmt: skip
+    """A drafting head fits the target: the same vocab_size and hidden_size (`head_sizes` is any
+    object with both), and every tensor of `shapes` present with its shape. `what` names the
+    head and `method` its training command in the messages."""
     for name in ("vocab_size", "hidden_size"):
-        got, want = getattr(layer, name), getattr(target_config, name)
+        got, want = getattr(head_sizes, name), getattr(target_config, name)
         if got != want:
             raise InvalidInputError(
-                f"the EAGLE-1 head has {name}={got} but the target has {want}; load the head "
-                "trained on this target (or train one: minieagle train eagle1)"
+                f"the {what} has {name}={got} but the target has {want}; load a head trained "
+                f"on this target (or train one: minieagle train {method})"
             )
-    for name, shape in head_param_shapes(head_cfg).items():
-        if name not in head:
+    for name, shape in shapes.items():
+        if name not in params:
+            raise InvalidInputError(f"the {what} has no parameter {name!r}; load a complete head")
+        if tuple(params[name].shape) != tuple(shape):
             raise InvalidInputError(
-                f"the EAGLE-1 head has no parameter {name!r}; load a complete head"
-            )
-        if tuple(head[name].shape) != tuple(shape):
-            raise InvalidInputError(
-                f"head parameter {name!r} has shape {tuple(head[name].shape)} but its config "
+                f"{what} parameter {name!r} has shape {tuple(params[name].shape)} but its config "
                 f"says {tuple(shape)}; the weights and config.json do not belong together"
             )
 

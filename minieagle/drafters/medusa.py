@@ -21,6 +21,7 @@ import numpy as np
 from minieagle import inference
 from minieagle.backend import to_host
 from minieagle.config import LlamaConfig
+from minieagle.drafters.head_drafter import check_head_fits
 from minieagle.errors import InvalidInputError
 from minieagle.heads.medusa import MedusaConfig, head_param_shapes, medusa_forward
 from minieagle.sampling import Randomness, SamplingParams, top_k_indices
@@ -100,20 +101,7 @@ class MedusaDrafter:
                 f"cfg is a {type(cfg).__name__}; pass the MedusaConfig loaded with the heads "
                 "(minieagle.heads.medusa.load_medusa_heads)"
             )
-        for name in ("hidden_size", "vocab_size"):
-            got, want = getattr(cfg, name), getattr(target_config, name)
-            if got != want:
-                raise InvalidInputError(
-                    f"the Medusa heads have {name}={got} but the target has {want}; load heads "
-                    "trained for this target (or train them: minieagle train medusa)"
-                )
-        for name, shape in head_param_shapes(cfg).items():
-            if name not in heads or tuple(heads[name].shape) != shape:
-                got = tuple(heads[name].shape) if name in heads else "nothing"
-                raise InvalidInputError(
-                    f"Medusa head tensor {name!r} is {got}, expected {shape}; the weights and "
-                    "config do not belong together"
-                )
+        check_head_fits("Medusa heads", "medusa", cfg, target_config, heads, head_param_shapes(cfg))
         view = inference.head_view(target_params, target_config)
         self.lm_head = view.lm_head.T  # [V, d], a view of the prepared [d, V]: x @ W.T is fast
         self.heads, self.cfg = heads, cfg
