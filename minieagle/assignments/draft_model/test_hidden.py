@@ -3,23 +3,14 @@ and efficiency."""
 
 import numpy as np
 import pytest
+from test_public import CONFIG, DRAFT, DRAFT_CONFIG, GREEDY, TARGET  # the same tiny models
 
 from minieagle import model
-from minieagle.config import LlamaConfig
 from minieagle.drafters.draft_model import DraftModelDrafter
 from minieagle.generate import generate
 from minieagle.sampling import SamplingParams, SeededRandomness, target_distribution
 from minieagle.testing import generation_law, target_law, total_variation
 
-CONFIG = LlamaConfig(
-    vocab_size=6, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-    num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32,
-    initializer_range=0.5, bos_token_id=1, eos_token_id=2,
-)  # fmt: skip
-DRAFT_CONFIG = CONFIG.replace(num_hidden_layers=1)
-TARGET = model.init_params(CONFIG, seed=0, dtype=np.float64)
-DRAFT = model.init_params(DRAFT_CONFIG, seed=3, dtype=np.float64)
-GREEDY = SamplingParams(temperature=0.0)
 SAMPLED = SamplingParams(temperature=1.0)
 LAW_SAMPLING = SamplingParams(temperature=1.0, top_k=2)  # 2 tokens per draw: a small enumeration
 

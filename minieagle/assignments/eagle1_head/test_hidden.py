@@ -9,10 +9,10 @@ is checked with a head built to agree with the target, which must get every draf
 
 import numpy as np
 import pytest
+from test_public import CONFIG, HEAD, HEAD_CFG, TARGET  # the same tiny target and head
 
 from minieagle import model
 from minieagle import tree as trees
-from minieagle.config import LlamaConfig
 from minieagle.drafters.eagle1 import Eagle1Drafter
 from minieagle.generate import generate, greedy_reference
 from minieagle.heads.eagle1 import (
@@ -26,21 +26,6 @@ from minieagle.sampling import SamplingParams, SeededRandomness, target_distribu
 from minieagle.static_trees import resolve_tree
 from minieagle.tree import Tree
 
-CONFIG = LlamaConfig(
-    vocab_size=6,
-    hidden_size=16,
-    intermediate_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    max_position_embeddings=64,
-    initializer_range=0.5,
-    bos_token_id=1,
-    eos_token_id=2,
-)
-TARGET = model.init_params(CONFIG, seed=0, dtype=np.float64)
-HEAD_CFG = Eagle1Config.from_target(CONFIG)
-HEAD = init_head(HEAD_CFG, seed=1, dtype=np.float64)
 TOLERANCE = 1e-12
 # The drafter runs the head on the fast path (inference.py) with a KV cache and a tree mask; the
 # oracle is uncached and plain, so the two agree up to the rounding of a different summation order.

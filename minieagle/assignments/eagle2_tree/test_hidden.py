@@ -9,9 +9,9 @@ tree of the best values gets many drafts accepted; a tree of only the root gets 
 
 import numpy as np
 import pytest
+from test_public import CONFIG, HEAD, HEAD_CFG, TARGET  # the same tiny target and head
 
 from minieagle import model
-from minieagle.config import LlamaConfig
 from minieagle.drafters import head_drafter
 from minieagle.drafters.eagle2 import Eagle2Drafter
 from minieagle.dynamic_tree import (
@@ -26,24 +26,8 @@ from minieagle.dynamic_tree import (
 )
 from minieagle.errors import InvalidInputError
 from minieagle.generate import generate, greedy_reference
-from minieagle.heads.eagle1 import Eagle1Config, init_head
 from minieagle.sampling import SamplingParams, SeededRandomness
 
-CONFIG = LlamaConfig(
-    vocab_size=6,
-    hidden_size=16,
-    intermediate_size=32,
-    num_hidden_layers=2,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    max_position_embeddings=64,
-    initializer_range=0.5,
-    bos_token_id=1,
-    eos_token_id=2,
-)
-TARGET = model.init_params(CONFIG, seed=0, dtype=np.float64)
-HEAD_CFG = Eagle1Config.from_target(CONFIG)
-HEAD = init_head(HEAD_CFG, seed=1, dtype=np.float64)
 V = CONFIG.vocab_size
 
 # ---------------------------------------------------------------------------- plain oracles
