@@ -51,7 +51,6 @@ from minieagle.calibration import (
     fit_calibration,
     record_calibration,
     save_calibration,
-    setting_name,
     training_prompts,
 )
 from minieagle.checkpoint import load_checkpoint, target_fingerprint
@@ -62,7 +61,7 @@ from minieagle.dynamic_tree import calibration_table, log_softmax
 from minieagle.generate import emitted_per_forward, generate
 from minieagle.heads.eagle1 import load_head
 from minieagle.heads.eagle3_io import load_eagle3_head
-from minieagle.sampling import SamplingParams, target_distribution
+from minieagle.sampling import SamplingParams, setting_name, target_distribution
 from minieagle.tree import children
 from minieagle.verify import acceptance_probability, residual
 

@@ -30,20 +30,14 @@ from pathlib import Path
 import numpy as np
 
 from minieagle import layers, model
-from minieagle.backend import synchronize, to_device
 from minieagle.config import LlamaConfig
+from minieagle.costs import measure_verify_cost, spread
 from minieagle.errors import InvalidInputError, MissingFileError
 from minieagle.generate import generate
 from minieagle.kvcache import KVCache
 from minieagle.optim import AdamW, clip_grad_norm
 
 LAYER_COST_TARGET = 1 / 12  # DESIGN: one decoder layer costs at most ~1/12 of a target forward
-
-
-def _spread(values) -> dict:
-    """Median, min and max of a list of measurements."""
-    values = [float(v) for v in values]
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 # ---------------------------------------------------------------------------- FLOP counts
@@ -112,7 +106,7 @@ def measure_matmul_peak(sizes=(512, 1024), repeats: int = 5, flops_per_timing=2e
             for _ in range(inner):
                 np.matmul(a, b, out=out)
             rates.append(2 * n**3 * inner / (time.perf_counter() - start) / 1e9)
-        by_size[n] = {"best_gflops": max(rates), **_spread(rates)}
+        by_size[n] = {"best_gflops": max(rates), **spread(rates)}
     peak = max(entry["best_gflops"] for entry in by_size.values())
     return {"peak_gflops": peak, "by_size": by_size}
 
@@ -272,64 +266,10 @@ def measure_decode(
         "prompts": len(prompts),
         "mean_prompt_tokens": mean_prompt,
         "new_tokens": new_tokens,
-        "ms_per_token": _spread([r[0] for r in runs]),
-        "prefill_ms": _spread([r[1] for r in runs]),
-        "gflops": _spread([r[2] for r in runs]),
+        "ms_per_token": spread([r[0] for r in runs]),
+        "prefill_ms": spread([r[1] for r in runs]),
+        "gflops": spread([r[2] for r in runs]),
         "flops_per_token_at_prompt": forward_flops_per_token(config, round(mean_prompt)),
-    }
-
-
-def measure_verify_cost(
-    params,
-    config: LlamaConfig,
-    prompt,
-    *,
-    sizes=(1, 4, 8, 16, 26, 48),
-    repeats: int = 7,
-    fast: bool = False,
-) -> dict:
-    """Cost of one verification forward against the tree size: N chain tokens after a cached
-    prompt (a chain has the same matmul shapes as any tree of N nodes), relative to N = 1; on
-    the readable `model.forward`, or the fast path (`minieagle.inference`) with fast=True.
-
-    On a GPU LLM a decoding step is memory-bound and N tokens cost about as much as one; here the
-    ratio shows how far that holds for a small model on a CPU."""
-    from minieagle import inference
-    from minieagle import tree as trees
-
-    if fast:
-        target = inference.prepare(params, config)
-        params, run = target.params, target.forward
-    else:
-        params = params.params if isinstance(params, inference.PreparedTarget) else params
-
-        def run(ids, **kwargs):
-            return model.forward(params, config, ids, **kwargs)[:2]
-
-    embed = params["model.embed_tokens.weight"]  # inputs go where the weights are
-    cache = KVCache.for_model(config, params, capacity=len(prompt) + max(sizes))
-    run(to_device(prompt, embed), cache=cache)
-    cached = cache.length
-    times = {n: [] for n in sizes}
-    for _ in range(repeats):
-        for n in sizes:
-            # The prompt's own tokens, cycled: one token repeated N times made SmolLM2's
-            # 64-token forward 1.7 times slower on this CPU (a value-dependent slow path)
-            chain = trees.Tree.chain(prompt[-1], [int(t) for t in np.resize(prompt, n - 1)])
-            tokens = to_device(chain.tokens, embed)
-            positions = to_device(trees.position_ids(chain, cached), embed)
-            mask = to_device(trees.attention_mask(chain, cached), embed)
-            synchronize(embed)
-            start = time.perf_counter()
-            logits, _ = run(tokens, position_ids=positions, attention_mask=mask, cache=cache)
-            synchronize(logits)  # a GPU returns before its kernels end
-            times[n].append(1e3 * (time.perf_counter() - start))
-            cache.crop(cached)
-    one = statistics.median(times[sizes[0]])
-    return {
-        "prompt_tokens": len(prompt),
-        "ms": {str(n): _spread(t) for n, t in times.items()},
-        "relative_to_one": {str(n): statistics.median(t) / one for n, t in times.items()},
     }
 
 
@@ -396,9 +336,9 @@ def measure_layer_ratio(
         layer_ms.append(timed(one_layer))
     ratios = [layer / whole for layer, whole in zip(layer_ms, forward_ms, strict=True)]
     return {
-        "forward_ms": _spread(forward_ms),
-        "layer_ms": _spread(layer_ms),
-        "layer_over_forward": _spread(ratios),
+        "forward_ms": spread(forward_ms),
+        "layer_ms": spread(layer_ms),
+        "layer_over_forward": spread(ratios),
         "target": LAYER_COST_TARGET,
         "meets_target": statistics.median(ratios) <= LAYER_COST_TARGET,
     }
@@ -436,11 +376,11 @@ def measure_training(
     return {
         "batch_size": batch_size,
         "seq_len": seq_len,
-        "step_s": _spread(seconds),
-        "tokens_per_s": _spread([tokens / s for s in seconds]),
+        "step_s": spread(seconds),
+        "tokens_per_s": spread([tokens / s for s in seconds]),
         "flops_per_token": flops_per_token,
-        "gflops": _spread(gflops),
-        "mfu": _spread([g / peak_gflops for g in gflops]),
+        "gflops": spread(gflops),
+        "mfu": spread([g / peak_gflops for g in gflops]),
     }
 
 

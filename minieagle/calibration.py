@@ -122,22 +122,6 @@ def _frozen_vector(name: str, values) -> np.ndarray:
     return x
 
 
-def setting_name(sampling: SamplingParams, *, sampled_tree: bool = False) -> str:
-    """The label a calibration is fitted for: "T=0" (greedy), "T=1", "T=0.7,top_k=50,top_p=0.9"
-    (filters named when on), with ",sampled" for EAGLE-2's sampled tree at T > 0, whose
-    confidences mean something else (`Eagle2Drafter(sampled_tree=True)`)."""
-    if sampling.greedy:
-        return "T=0"
-    parts = [f"T={sampling.temperature:g}"]
-    if sampling.top_k:
-        parts.append(f"top_k={sampling.top_k}")
-    if sampling.top_p < 1:
-        parts.append(f"top_p={sampling.top_p:g}")
-    if sampled_tree:
-        parts.append("sampled")
-    return ",".join(parts)
-
-
 def _pool_adjacent_violators(y: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Weighted isotonic regression of y [n] in its given order: the non-decreasing sequence
     minimising Σ w (fit - y)^2. Returns (block means [B], block sizes [B]): the fit is each

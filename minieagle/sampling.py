@@ -66,6 +66,23 @@ class SamplingParams:
         return self.temperature == 0
 
 
+def setting_name(sampling: SamplingParams, *, sampled_tree: bool = False) -> str:
+    """The label of a sampling setting, under which calibrations and tree sizes are fitted and
+    cached: "T=0" (greedy), "T=1", "T=0.7,top_k=50,top_p=0.9" (filters named when on), with
+    ",sampled" for EAGLE-2's sampled tree at T > 0, whose confidences mean something else
+    (`Eagle2Drafter(sampled_tree=True)`)."""
+    if sampling.greedy:
+        return "T=0"
+    parts = [f"T={sampling.temperature:g}"]
+    if sampling.top_k:
+        parts.append(f"top_k={sampling.top_k}")
+    if sampling.top_p < 1:
+        parts.append(f"top_p={sampling.top_p:g}")
+    if sampled_tree:
+        parts.append("sampled")
+    return ",".join(parts)
+
+
 def _to_host_float64(x) -> np.ndarray:
     """An explicit device -> host copy as float64."""
     return np.asarray(to_host(x), dtype=np.float64)

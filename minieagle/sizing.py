@@ -52,11 +52,12 @@ from pathlib import Path
 import numpy as np
 
 from minieagle import __version__, inference
-from minieagle.calibration import fit_calibration, setting_name
+from minieagle.calibration import fit_calibration
 from minieagle.config import LlamaConfig
+from minieagle.costs import measure_verify_cost
 from minieagle.dynamic_tree import Pool, pool_depths, rerank
 from minieagle.errors import InvalidInputError
-from minieagle.sampling import SamplingParams
+from minieagle.sampling import SamplingParams, setting_name
 from minieagle.tree import children, depths
 
 SIZING_VERSION = 6  # bump when the code's costs change: cached sizes are then measured again
@@ -105,9 +106,7 @@ class Sizing:
 
 def measure_verify_ms(target, config: LlamaConfig, prompt, sizes, *, repeats: int = 5) -> dict:
     """{N: median ms} of one fast-path verification forward over N tokens after `prompt`
-    (`bench.measure_verify_cost`, which the cost curves of the docs come from)."""
-    from minieagle.bench import measure_verify_cost
-
+    (`costs.measure_verify_cost`, which the cost curves of the docs come from)."""
     measured = measure_verify_cost(target, config, prompt, sizes=sizes, repeats=repeats, fast=True)
     return {int(n): spread["median"] for n, spread in measured["ms"].items()}
 
@@ -427,6 +426,18 @@ def _cpu_name() -> str:
     return "unknown-cpu"
 
 
+def check_fixed_sizes(*, top_k=None, depth=None, total_tokens=None) -> None:
+    """Refuse, before anything is measured, sizes fixed by the user that no candidate of the
+    search can match: a top_k above the drafts of the largest tree considered (`TOTAL_TOKENS`,
+    or the fixed total_tokens)."""
+    largest = total_tokens or max(TOTAL_TOKENS)
+    if top_k is not None and top_k > largest - 1:
+        raise InvalidInputError(
+            f"top_k={top_k} exceeds total_tokens - 1 = {largest - 1}, the largest tree auto "
+            "sizing considers; pass a smaller top_k or a fixed total_tokens"
+        )
+
+
 def auto_size(target, config, head, head_cfg, vocab, sampling: SamplingParams, prompts, *,
               identity: str, progress: bool = True, sampled_tree: bool = False,
               chain_only: bool = False, **fixed) -> Sizing:  # fmt: skip
@@ -435,6 +446,7 @@ def auto_size(target, config, head, head_cfg, vocab, sampling: SamplingParams, p
     prompts: (kind, ids) calibration prompts, never the ones a benchmark reports on.
     sampled_tree: size the drafter that uses that option. chain_only: measure top_k = 1 only,
     for an EAGLE-1 chain (with sampled_tree at T > 0: EAGLE-1 draws its chain's tokens)."""
+    check_fixed_sizes(**fixed)
     target = inference.prepare(target, config)
     setting = setting_name(sampling, sampled_tree=sampled_tree)
     candidates = tuple(sorted({*CANDIDATE_TOP_K, fixed.get("top_k") or CANDIDATE_TOP_K[0]}))

@@ -37,13 +37,12 @@ from minieagle.calibration import (
     fit_calibration,
     load_calibration,
     save_calibration,
-    setting_name,
     training_prompts,
 )
 from minieagle.drafters.eagle2 import Eagle2Drafter
 from minieagle.errors import InvalidInputError
 from minieagle.generate import greedy_reference
-from minieagle.sampling import SamplingParams, SeededRandomness
+from minieagle.sampling import SamplingParams, SeededRandomness, setting_name
 from minieagle.testing import generation_law, target_law, total_variation
 
 # A map far from the identity: confidence matters little (the tiny head is nearly one-hot, so

@@ -206,7 +206,7 @@ def test_every_method_on_the_gpu_emits_the_numpy_tokens(cp, shipped, method, tem
 
 def test_the_bench_cost_curve_times_gpu_forwards(cp, shipped):
     """measure_verify_cost runs on CuPy arrays and waits for the kernels (positive times)."""
-    from minieagle.bench import measure_verify_cost
+    from minieagle.costs import measure_verify_cost
 
     params, config, tokenizer, *_ = shipped
     prompt = tokenizer.encode("The garbage collector", add_bos=True)

@@ -410,6 +410,7 @@ def test_head_weights_must_match_their_config():
 
 def test_build_drafter_and_cli_flags(tmp_path):
     from minieagle import cli
+    from minieagle.cli.methods import drafter_factory
 
     with pytest.raises(ValueError, match="--head DIR"):
         build_drafter("eagle1", target=(TARGET, CONFIG))
@@ -418,7 +419,7 @@ def test_build_drafter_and_cli_flags(tmp_path):
         ["generate", "x", "--method", "eagle1", "--head", str(tmp_path / "head")]
         + ["--tree", "chain", "--depth", "2"]
     )
-    drafter = cli._drafter_factory(args, CONFIG, TARGET)()
+    drafter = drafter_factory(args, CONFIG, TARGET)()
     assert isinstance(drafter, Eagle1Drafter) and drafter.paths == chain_tree(2)
     result = _run([1, 3], drafter, n=6)
     assert result.tokens == greedy_reference(TARGET, CONFIG, [1, 3], 6)

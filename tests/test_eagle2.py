@@ -487,6 +487,7 @@ def test_bad_sizes_are_refused(kwargs, message):
 
 def test_build_drafter_and_cli_flags(tmp_path):
     from minieagle import cli
+    from minieagle.cli.methods import drafter_factory
 
     with pytest.raises(ValueError, match="--head DIR"):
         build_drafter("eagle2", target=(TARGET, CONFIG))
@@ -497,7 +498,7 @@ def test_build_drafter_and_cli_flags(tmp_path):
         ["generate", "x", "--method", "eagle2", "--head", str(tmp_path / "head")]
         + ["--depth", "2", "--tree-top-k", "3", "--total-tokens", "9", "--top-k", "4"]
     )
-    drafter = cli._drafter_factory(args, CONFIG, TARGET)()
+    drafter = drafter_factory(args, CONFIG, TARGET)()
     assert isinstance(drafter, Eagle2Drafter)
     assert (drafter.depth, drafter.top_k, drafter.total_tokens) == (2, 3, 9)
     result = _run([1, 3], drafter, n=6)

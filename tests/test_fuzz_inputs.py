@@ -188,7 +188,9 @@ def test_the_clean_exit_check_catches_a_traceback(monkeypatch, models):
     def broken(args):
         raise IndexError("index 7 is out of bounds")
 
-    monkeypatch.setattr(cli, "cmd_generate", broken)
+    from minieagle.cli import generate as generate_command
+
+    monkeypatch.setattr(generate_command, "cmd_generate", broken)
     with pytest.raises(IndexError):
         _run_cli(["generate", "x", "--model", models["target"]])
     for code, err, seconds in (

@@ -802,16 +802,17 @@ def test_eagle1_auto_chain_drafts_the_sized_chain():
 
 
 def test_inconsistent_sizer_options_are_refused():
-    """choices="auto" needs a sizer and a sizer needs choices="auto"; a sized EAGLE-2 drafter
-    refuses a fixed top_k above the largest tree auto sizing considers (boundary accepted),
-    or above a fixed total_tokens - 1."""
+    """choices="auto" needs a sizer and a sizer needs choices="auto"; sizing refuses a fixed
+    top_k above the largest tree it considers (boundary accepted), and a sized EAGLE-2 drafter
+    one above a fixed total_tokens - 1."""
     with pytest.raises(InvalidInputError, match="go together"):
         Eagle1Drafter(TARGET, CONFIG, HEAD, HEAD_CFG, choices="auto")
     with pytest.raises(InvalidInputError, match="go together"):
         Eagle1Drafter(TARGET, CONFIG, HEAD, HEAD_CFG, choices="chain:2", sizer=_sizer(_sizing()))
     largest = max(sizing.TOTAL_TOKENS)
     with pytest.raises(InvalidInputError, match="exceeds total_tokens - 1"):
-        _sized_eagle2(_sizing(), top_k=largest)
+        sizing.check_fixed_sizes(top_k=largest)
+    sizing.check_fixed_sizes(top_k=largest - 1)
     assert _sized_eagle2(_sizing(), top_k=largest - 1).top_k == largest - 1
     with pytest.raises(InvalidInputError, match="exceeds total_tokens - 1"):
         _sized_eagle2(_sizing(), top_k=5, total_tokens=5)

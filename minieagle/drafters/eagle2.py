@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from minieagle.calibration import Calibration, setting_name
 from minieagle.config import LlamaConfig
 from minieagle.drafters.head_drafter import HeadDrafter, draft_children
 from minieagle.dynamic_tree import (
@@ -67,8 +66,7 @@ from minieagle.dynamic_tree import (
     top_children_of_logits,
 )
 from minieagle.errors import InvalidInputError
-from minieagle.sampling import Randomness, SamplingParams, top_k_indices
-from minieagle.sizing import TOTAL_TOKENS
+from minieagle.sampling import Randomness, SamplingParams, setting_name, top_k_indices
 from minieagle.tree import Tree, children
 
 DEFAULT_DEPTH = 5
@@ -111,7 +109,7 @@ class Eagle2Drafter(HeadDrafter):
         depth: int | None = DEFAULT_DEPTH,
         top_k: int | None = DEFAULT_TOP_K,
         total_tokens: int | None = DEFAULT_TOTAL_TOKENS,
-        calibration: Calibration | None = None,
+        calibration=None,
         sampled_tree: bool = False,
         sizer=None,
     ):
@@ -122,13 +120,9 @@ class Eagle2Drafter(HeadDrafter):
                                          ("total_tokens", total_tokens, 2)):  # fmt: skip
                 if value is not None:
                     _check_positive(name, value, minimum, "a size, or None to let sizing choose")
-            largest = total_tokens or max(TOTAL_TOKENS)
-            if top_k is not None and top_k > largest - 1:
-                raise InvalidInputError(
-                    f"top_k={top_k} exceeds total_tokens - 1 = {largest - 1}, the largest tree "
-                    "auto sizing considers; pass a smaller top_k or a fixed total_tokens"
-                )
-        if calibration is not None and not isinstance(calibration, Calibration):
+            if top_k is not None and total_tokens is not None:
+                _check_top_k_fits(top_k, total_tokens)
+        if calibration is not None and not _is_calibration(calibration):
             raise InvalidInputError(
                 f"calibration is a {type(calibration).__name__}; pass a "
                 "minieagle.calibration.Calibration (fit_calibration or load_calibration) or None"
@@ -263,10 +257,22 @@ def _reached_nodes(tree: Tree, confidence: np.ndarray, kept_tokens) -> list[tupl
     return [(float(confidence[c]), c in accepted) for node in path for c in kids[node]]
 
 
+def _is_calibration(calibration) -> bool:
+    """Whether `calibration` is shaped like a `minieagle.calibration.Calibration` (the drafter
+    sits below that module and only calls these two members)."""
+    return callable(getattr(calibration, "log_acceptance", None)) and isinstance(
+        getattr(calibration, "setting", None), str
+    )
+
+
 def _check_sizes(depth, top_k, total_tokens) -> None:
     _check_positive("depth", depth, 1, "expansion steps such as 5")
     _check_positive("top_k", top_k, 1, "a branching such as 8")
     _check_positive("total_tokens", total_tokens, 2, "nodes verified (root included), e.g. 26")
+    _check_top_k_fits(top_k, total_tokens)
+
+
+def _check_top_k_fits(top_k: int, total_tokens: int) -> None:
     if top_k > total_tokens - 1:
         # More candidates per level than the tree can keep only cost time: the expansion
         # grows with top_k squared, and at most total_tokens - 1 drafts are kept.

@@ -1,0 +1,104 @@
+"""`minieagle generate` (continue a prompt) and `minieagle chat` (talk through the model's chat
+template), each with one --method."""
+
+from __future__ import annotations
+
+import sys
+
+from minieagle.cli.flags import check_method_flags, generation_flags
+from minieagle.cli.methods import drafter_factory, load_target, sampling_params
+
+
+def cmd_generate(args) -> int:
+    from minieagle.generate import generate
+
+    check_method_flags(args)
+    target, config, tokenizer = load_target(args.model, args.device)
+    drafter = drafter_factory(args, config, target, tokenizer)()
+    prompt_ids = tokenizer.encode(args.prompt, add_bos=True)
+    result = generate(
+        target,
+        config,
+        prompt_ids,
+        drafter=drafter,
+        max_new_tokens=args.max_new_tokens,
+        sampling=sampling_params(args),
+        seed=args.seed,
+    )
+    print(args.prompt + tokenizer.decode(result.tokens))
+    if args.stats:
+        print(
+            f"\n[{args.method}: {len(result.tokens)} tokens, {result.ms_per_token:.2f} ms/token, "
+            f"tau {result.tau:.2f} tokens per target forward, stop: {result.stop_reason}]",
+            file=sys.stderr,
+        )
+        if getattr(drafter, "sizing", None) is not None:
+            print(f"[{drafter.sizing.describe()}]", file=sys.stderr)
+    return 0
+
+
+def cmd_chat(args) -> int:
+    """A conversation: each user turn (one --prompt, or stdin lines) answered with --method,
+    the reply streamed to stdout as its tokens are accepted."""
+    from minieagle.chat import Chat, load_chat_template
+
+    check_method_flags(args)
+    target, config, tokenizer = load_target(args.model, args.device)
+    template = load_chat_template(args.model, tokenizer, args.template)
+    chat = Chat(
+        target,
+        config,
+        tokenizer,
+        template,
+        system=args.system,
+        make_drafter=drafter_factory(args, config, target, tokenizer),
+        sampling=sampling_params(args),
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+    )
+
+    def write(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    interactive = args.prompt is None and sys.stdin.isatty()
+    turns = [args.prompt] if args.prompt is not None else (line.rstrip("\n") for line in sys.stdin)
+    if interactive:
+        print("> ", end="", file=sys.stderr, flush=True)
+    for number, text in enumerate(turns, 1):
+        if not text.strip():
+            continue
+        result = chat.reply(text, write)
+        write("\n")
+        if args.stats:
+            print(
+                f"[turn {number}, {args.method}: {len(result.tokens)} tokens, "
+                f"{result.ms_per_token:.2f} ms/token, tau {result.tau:.2f} tokens per target "
+                f"forward, stop: {result.stop_reason}]",
+                file=sys.stderr,
+            )
+        if interactive:
+            print("> ", end="", file=sys.stderr, flush=True)
+    return 0
+
+
+def add_parsers(sub) -> None:
+    p = sub.add_parser("generate", help="continue a prompt with the target model")
+    p.add_argument("prompt")
+    generation_flags(p)
+    p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser(
+        "chat",
+        help="talk with a model through its chat template; user turns from stdin, one per line, "
+        "or one --prompt (docs/real_models.md)",
+    )
+    generation_flags(p)
+    p.add_argument("--prompt", help="one user turn instead of reading stdin (for scripts)")
+    p.add_argument("--system", help="a system message to start the conversation with")
+    p.add_argument(
+        "--template",
+        help="a Jinja chat template file, for a model without one (default: the model's own, "
+        "from its tokenizer_config.json or chat_template.jinja)",
+    )
+    p.set_defaults(func=cmd_chat, max_new_tokens=256)

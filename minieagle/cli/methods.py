@@ -1,0 +1,158 @@
+"""What --method builds, for every command that decodes (generate, chat, demo, bench): the
+target loaded onto its device, the sampling setting, the head directory, and a factory of fresh
+drafters, validated before the first prompt."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from minieagle.cli.flags import (
+    DEFAULT_CHAIN_DEPTH,
+    DEFAULT_DRAFT_MODEL,
+    DEFAULT_EAGLE3_HEAD,
+    DEFAULT_GAMMA,
+    DEFAULT_HEAD,
+    DEFAULT_MEDUSA_HEAD,
+)
+from minieagle.errors import InvalidInputError
+
+
+def load_target(model_dir: str | Path, device: str = "cpu"):
+    """(target, config, tokenizer) of a checkpoint: target the `inference.prepare` view of its
+    parameters (prepared once per command; `.params` holds the HF dict) on `device` ("cpu" or
+    "gpu")."""
+    from minieagle import inference
+    from minieagle.backend import device_module, put
+    from minieagle.checkpoint import load_checkpoint
+
+    xp = device_module(device)  # fails before the weights are read when CuPy is missing
+    params, config, tokenizer = load_checkpoint(model_dir)
+    if tokenizer is None:
+        raise InvalidInputError(
+            f"{model_dir} has no tokenizer.json, so a prompt cannot be encoded; copy the "
+            "tokenizer.json the model was trained with into that directory"
+        )
+    return inference.prepare(put(params, xp), config), config, tokenizer
+
+
+def sampling_params(args):
+    from minieagle.sampling import SamplingParams
+
+    return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+
+
+def head_dir(args) -> Path:
+    """The head directory for args.method: --head (generate), or in bench and demo, which run
+    every method, --head for the EAGLE-1 head and --eagle3-head for the EAGLE-3 head."""
+    if args.method == "eagle3":
+        chosen = args.eagle3_head if hasattr(args, "eagle3_head") else args.head
+        return Path(chosen or DEFAULT_EAGLE3_HEAD)
+    if args.method == "medusa":  # bench and demo keep --head for the EAGLE-1 head
+        chosen = getattr(args, "medusa_head", None) if hasattr(args, "eagle3_head") else args.head
+        return Path(chosen or DEFAULT_MEDUSA_HEAD)
+    return Path(args.head or DEFAULT_HEAD)
+
+
+def _sizer(args, target, config, head, tokenizer):
+    """sampling -> `minieagle.sizing.Sizing` for args.method's head on this machine (measured
+    once, then cached; memoised per sampling setting). --depth and --tree-top-k, when given,
+    constrain the search. Calibration prompts come from the corpora's train split."""
+    from minieagle import sizing
+    from minieagle.calibration import training_prompts
+    from minieagle.checkpoint import target_fingerprint
+    from minieagle.sampling import setting_name
+
+    chosen = {}
+    dynamic = args.method in ("eagle2", "eagle3")
+    fixed = dict(depth=args.depth, top_k=args.tree_top_k) if dynamic else {}
+    sizing.check_fixed_sizes(**fixed)  # before anything is measured
+    identity = f"{target_fingerprint(args.model)}|{target_fingerprint(head_dir(args))}"
+    params, cfg, vocab = (*head, None)[:3]
+
+    def size(sampling):
+        setting = setting_name(sampling)
+        if setting not in chosen:
+            prompts = training_prompts(tokenizer, "prose", 2) + training_prompts(
+                tokenizer, "code", 2
+            )
+            chosen[setting] = sizing.auto_size(
+                target, config, params, cfg, vocab, sampling, prompts, identity=identity,
+                progress=sys.stderr.isatty(), chain_only=not dynamic,
+                sampled_tree=not dynamic or bool(getattr(args, "sampled_tree", None)), **fixed,
+            )  # fmt: skip
+        return chosen[setting]
+
+    return size
+
+
+def drafter_factory(args, config, target, tokenizer=None):
+    """A function returning a fresh drafter for args.method (None for vanilla); target is the
+    target's prepared view (`_load`; EAGLE heads read its embedding and LM head). Validates
+    everything first, and warns when a head or draft model records another target than
+    args.model. tokenizer: for automatic sizing (--total-tokens auto, --tree auto)."""
+    from minieagle import inference
+    from minieagle.backend import array_module, put
+    from minieagle.checkpoint import check_trained_for, load_checkpoint
+    from minieagle.drafters import build_drafter
+
+    target = inference.prepare(target, config)
+    params = target.params
+    xp = array_module(params["model.embed_tokens.weight"])  # heads go where the target is
+    draft_model = head = None
+    depth = getattr(args, "depth", None)
+    chain_depth = DEFAULT_CHAIN_DEPTH if depth is None else depth
+    tree = {"chain": f"chain:{chain_depth}", "auto": "auto"}.get(getattr(args, "tree", None))
+    tree = tree or "default"
+    dtype = params["model.embed_tokens.weight"].dtype
+    if args.method in ("eagle1", "eagle2"):
+        from minieagle.heads.eagle1 import load_head
+
+        head = load_head(head_dir(args), target_dir=args.model, dtype=dtype)
+    if args.method == "eagle3":
+        from minieagle.heads.eagle3_io import load_eagle3_head
+
+        head = load_eagle3_head(
+            head_dir(args), dtype=dtype, target_config=config, target_dir=args.model
+        )
+    if args.method == "medusa":
+        from minieagle.heads.medusa import load_medusa_heads
+
+        head = load_medusa_heads(head_dir(args), target_dir=args.model, dtype=dtype)
+        if tree.startswith("chain:") and depth is None:  # one level per head
+            tree = f"chain:{head[1].num_heads}"
+    if args.method == "draft-model":
+        draft_dir = args.draft_model or DEFAULT_DRAFT_MODEL
+        draft_params, draft_config, _ = load_checkpoint(draft_dir, with_tokenizer=False)
+        check_trained_for(draft_dir, args.model, kind="draft model")
+        if draft_config.vocab_size != config.vocab_size:
+            raise InvalidInputError(
+                f"draft model vocab_size={draft_config.vocab_size} differs from the target's "
+                f"{config.vocab_size}; both must share one tokenizer"
+            )
+        draft_model = (put(draft_params, xp), draft_config)
+    head = put(head, xp)
+    method = args.method
+    gamma = DEFAULT_GAMMA if getattr(args, "gamma", None) is None else args.gamma
+    target = (target, config)
+    kwargs = dict(draft_model=draft_model, gamma=gamma, target=target, head=head, tree=tree)
+    if method == "pld":
+        for name in ("prompt_lookup_num_tokens", "max_matching_ngram_size"):
+            kwargs[name] = getattr(args, name, None)
+    auto = method in ("eagle2", "eagle3") and args.total_tokens in (None, "auto")
+    if auto or (method == "eagle1" and tree == "auto"):
+        if tokenizer is None:
+            raise InvalidInputError("automatic sizing needs the target's tokenizer")
+        kwargs["sizer"] = _sizer(args, target[0], config, head, tokenizer)
+    if method in ("eagle2", "eagle3"):
+        total = None if auto else args.total_tokens
+        kwargs.update(depth=depth, top_k=args.tree_top_k, total_tokens=total)
+        if getattr(args, "calibration", None) is not None:
+            from minieagle.calibration import load_calibration
+            from minieagle.checkpoint import target_fingerprint
+
+            fitted_for = target_fingerprint(head_dir(args))  # refuses another head's map
+            kwargs["calibration"] = load_calibration(args.calibration, head=fitted_for)
+        kwargs["sampled_tree"] = bool(getattr(args, "sampled_tree", None))
+    build_drafter(method, **kwargs)  # validate now
+    return lambda: build_drafter(method, **kwargs)
