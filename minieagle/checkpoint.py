@@ -246,11 +246,16 @@ def _fsync(path: Path) -> None:
 
 
 def _write_files(
-    target: Path, params: dict, config: LlamaConfig, tokenizer, dtype: str, metadata: dict
+    target: Path,
+    params: dict,
+    config: LlamaConfig,
+    tokenizer,
+    dtype: str,
+    metadata: dict,
+    pad_token_id: int | None,
 ) -> None:
     """Write the checkpoint files into the (new, empty) directory `target`."""
-    pad = tokenizer.pad_id if tokenizer is not None else 0
-    config_json = config_to_hf_dict(config, dtype, pad_token_id=pad)
+    config_json = config_to_hf_dict(config, dtype, pad_token_id=pad_token_id)
     (target / CONFIG_FILE).write_text(json.dumps(config_json, indent=2) + "\n")
     write_tensors(target / WEIGHTS_FILE, params, dtype, metadata)
     if tokenizer is not None:
@@ -348,14 +353,25 @@ def save_checkpoint(
     dtype: str = "float32",
     metadata: dict | None = None,
     extra_files: dict[str, str | bytes] | None = None,
+    pad_token_id: int | None = 0,
 ) -> Path:
     """Write `params` (HF names, `[out, in]`) and `config` (and `tokenizer`) to `directory`.
 
     dtype: storage precision, one of float32/float16/float64. metadata: str -> str pairs for the
     safetensors header. extra_files: file name -> contents written beside the weights (an imported
-    model's tokenizer_config.json, its LICENSE). An existing checkpoint at `directory` is replaced
-    atomically as a whole; a directory holding other files is refused. Returns the directory."""
+    model's tokenizer_config.json, its LICENSE). pad_token_id: the padding id config.json records
+    when no `tokenizer` is given (an imported model's own, e.g. 2 for SmolLM2; None when it has
+    none); with a tokenizer, config.json records the tokenizer's. An existing checkpoint at
+    `directory` is replaced atomically as a whole; a directory holding other files is refused.
+    Returns the directory."""
     dtype = storage_dtype(dtype)
+    if tokenizer is not None:
+        pad_token_id = tokenizer.pad_id
+    if pad_token_id is not None and not 0 <= pad_token_id < config.vocab_size:
+        raise InvalidInputError(
+            f"pad_token_id={pad_token_id} is outside [0, vocab_size={config.vocab_size}); pass "
+            "the tokenizer's padding id, or None for a model without one"
+        )
     header = {"minieagle_version": _minieagle_version(), **(metadata or {})}
     bad = {k: v for k, v in header.items() if not (isinstance(k, str) and isinstance(v, str))}
     if bad:
@@ -373,7 +389,7 @@ def save_checkpoint(
         )
 
     def write(new: Path) -> None:
-        _write_files(new, params, config, tokenizer, dtype, header)
+        _write_files(new, params, config, tokenizer, dtype, header, pad_token_id)
         for name, contents in extra_files.items():
             data = contents.encode("utf-8") if isinstance(contents, str) else contents
             (new / name).write_bytes(data)

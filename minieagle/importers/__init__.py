@@ -48,7 +48,8 @@ def import_model(
     dtype: storage precision, "float32" or "float16". progress: a bar over the tensors, and the
     importer's notes (what was dropped or dequantized) on stderr. extra_files: more file name ->
     text to write beside it (a licence). The safetensors header records the source's name and
-    those notes. Returns the absolute checkpoint directory."""
+    those notes; config.json the source's padding id. Returns the absolute checkpoint
+    directory."""
     from minieagle.checkpoint import save_checkpoint
 
     if dtype not in ("float32", "float16"):
@@ -66,4 +67,5 @@ def import_model(
         dtype=dtype,
         metadata=metadata,
         extra_files={**model.files, **(extra_files or {})},
+        pad_token_id=model.pad_token_id,
     )

@@ -23,6 +23,8 @@ class ImportedLlama:
         `tokenizer.ggml.tokens`, `tokenizer.chat_template`); empty for a HF directory.
     notes: what was dropped or converted on the way, one sentence each, for the user.
     source: the file or directory it was read from.
+    pad_token_id: the padding id the source names (a GGUF's `tokenizer.ggml.padding_token_id`,
+        a HF config.json's `pad_token_id`), None when it names none.
     """
 
     params: dict[str, np.ndarray]
@@ -31,3 +33,4 @@ class ImportedLlama:
     files: dict[str, str] = field(default_factory=dict)
     tokenizer_fields: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    pad_token_id: int | None = None

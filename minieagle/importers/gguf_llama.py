@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from minieagle.checkpoint import value_problem
 from minieagle.config import LlamaConfig
 from minieagle.errors import InvalidInputError, MissingFileError
 from minieagle.importers.base import ImportedLlama
@@ -117,7 +118,7 @@ def read_gguf_llama(path, *, progress: bool = True) -> ImportedLlama:
 
     Raises MissingFileError when `path` is absent and InvalidInputError naming the file for a
     truncated or corrupt file, another architecture, an unsupported tensor type, missing or
-    unknown tensors, or shapes that disagree with the metadata."""
+    unknown tensors, shapes that disagree with the metadata, or NaN or infinite weights."""
     from gguf import GGUFReader
     from gguf.quants import dequantize
     from tqdm import tqdm
@@ -135,6 +136,8 @@ def read_gguf_llama(path, *, progress: bool = True) -> ImportedLlama:
         )
     tensors = {t.name: t for t in reader.tensors}
     config = config_from_gguf(metadata, tensors, path)
+    pad = metadata.get("tokenizer.ggml.padding_token_id")  # checked against the vocab when saved
+    pad_token_id = None if pad is None else int(pad)
     _check_tensors(path, tensors, config)
 
     params, types, shapes = {}, Counter(), param_shapes(config)
@@ -155,6 +158,8 @@ def read_gguf_llama(path, *, progress: bool = True) -> ImportedLlama:
         projection = name.split(".")[-2]
         if projection in heads:
             weight = unpermute_rope_rows(weight, heads[projection])
+        if (problem := value_problem(t.name, weight)) is not None:
+            raise InvalidInputError(f"{path}: {problem}; the file is corrupt: {_RECONVERT}")
         params[name] = weight.reshape(shapes[name])
     quantized = sorted(kind for kind in types if kind not in ("F32", "F16", "BF16"))
     notes = [f"read {path.name}: " + ", ".join(f"{n} x {k}" for k, n in sorted(types.items()))]
@@ -171,6 +176,7 @@ def read_gguf_llama(path, *, progress: bool = True) -> ImportedLlama:
         files=_tokenizer_files(fields, notes),
         tokenizer_fields=fields,
         notes=notes,
+        pad_token_id=pad_token_id,
     )
 
 

