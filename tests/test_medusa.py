@@ -422,9 +422,14 @@ def test_bad_trees_are_refused(tree, message):
 
 
 def test_heads_for_another_target_are_refused():
+    """The message names the heads in plural without a verb to agree ("the Medusa heads has"
+    was the old wording)."""
     other = MedusaConfig(hidden_size=32, vocab_size=6, num_heads=4)
-    with pytest.raises(ValueError, match="hidden_size=32 but the target has 16"):
+    with pytest.raises(ValueError, match="^Medusa heads: hidden_size=32 but the target has 16"):
         MedusaDrafter(TARGET, CONFIG, _random_heads(0, cfg=other), other)
+    missing = {k: v for k, v in HEADS.items() if k != "medusa_head.1.0.linear.weight"}
+    with pytest.raises(ValueError, match="^Medusa heads: no parameter 'medusa_head.1.0.linear"):
+        MedusaDrafter(TARGET, CONFIG, missing, CFG)
     bad = dict(HEADS, **{"medusa_head.1.0.linear.weight": np.zeros((16, 8))})
     with pytest.raises(ValueError, match=r"has shape \(16, 8\) but its config says \(16, 16\)"):
         MedusaDrafter(TARGET, CONFIG, bad, CFG)

@@ -289,12 +289,12 @@ def check_head_fits(what: str, method: str, head_sizes, target_config: LlamaConf
         got, want = getattr(head_sizes, name), getattr(target_config, name)
         if got != want:
             raise InvalidInputError(
-                f"the {what} has {name}={got} but the target has {want}; load a head trained "
-                f"on this target (or train one: minieagle train {method})"
+                f"{what}: {name}={got} but the target has {want}; load a head trained on this "
+                f"target (or train one: minieagle train {method})"
             )
     for name, shape in shapes.items():
         if name not in params:
-            raise InvalidInputError(f"the {what} has no parameter {name!r}; load a complete head")
+            raise InvalidInputError(f"{what}: no parameter {name!r}; load a complete head")
         if tuple(params[name].shape) != tuple(shape):
             raise InvalidInputError(
                 f"{what} parameter {name!r} has shape {tuple(params[name].shape)} but its config "
