@@ -233,6 +233,7 @@ def generate(
         drafting = time.perf_counter()
         draft_tree = drafter.propose(root, rng, max_nodes=room)
         result.draft_seconds += time.perf_counter() - drafting
+        _check_draft(draft_tree, config.vocab_size)
         cached = cache.length
         logits, hidden = target_forward(
             to_device(draft_tree.tokens, embed),
@@ -270,6 +271,19 @@ def generate(
         root = verdict.next_token
     result.decode_seconds = time.perf_counter() - start - result.prefill_seconds
     return result
+
+
+def _check_draft(tree: trees.Tree, vocab_size: int) -> None:
+    """A drafter's tree names target token ids, and its proposals are distributions over the
+    target's vocabulary: a draft model with another tokenizer fails here, by name."""
+    bad = tree.tokens[(tree.tokens < 0) | (tree.tokens >= vocab_size)]
+    lengths = {len(q) for q in tree.proposals if q is not None} - {vocab_size}
+    if len(bad) or lengths:
+        drafted = f"token id {int(bad[0])}" if len(bad) else f"proposals of {min(lengths)} tokens"
+        raise InvalidInputError(
+            f"the drafter drafted {drafted}, outside the target's vocabulary of {vocab_size} "
+            "tokens; draft with a model or head that shares the target's tokenizer"
+        )
 
 
 def greedy_reference(params, config: LlamaConfig, prompt_ids, max_new_tokens: int) -> list[int]:

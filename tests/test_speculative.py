@@ -405,3 +405,52 @@ def test_the_provenance_check_catches_a_relabelled_q():
     drafter = _ProvenanceCheck(_Mislabelled(0, 3), 0)
     with pytest.raises(AssertionError, match="differs from the vector its token was drawn from"):
         _speculative([1, 3, 4], drafter, PROVENANCE_SAMPLINGS[1], _DrawRecorder(0), 15)
+
+
+OTHER_VOCAB = DRAFT_CONFIG.replace(vocab_size=8)  # a draft with another tokenizer
+
+
+def test_a_draft_model_with_another_vocabulary_is_refused_where_the_drafter_is_built():
+    """build_drafter and DraftModelDrafter(target_config=) compare the vocabularies (the CLI
+    does the same through build_drafter); the same vocabulary is accepted."""
+    from minieagle.drafters import build_drafter
+    from minieagle.errors import InvalidInputError
+
+    other = (model.init_params(OTHER_VOCAB, seed=3, dtype=np.float64), OTHER_VOCAB)
+    message = "draft model vocab_size=8 differs from the target's 6"
+    with pytest.raises(InvalidInputError, match=message):
+        build_drafter("draft-model", draft_model=other, target=(TARGET, CONFIG))
+    with pytest.raises(InvalidInputError, match=message):
+        DraftModelDrafter(*other, target_config=CONFIG)
+    same = (_draft_params(1), DRAFT_CONFIG)
+    assert build_drafter("draft-model", draft_model=same, target=(TARGET, CONFIG)).gamma == 4
+
+
+class _OtherVocabularyDrafter:
+    """Drafts token 7 (T = 0) or token 1 with a proposal over 8 tokens (T > 0): what a draft
+    model with an 8-token vocabulary does when nobody compared it with the target's."""
+
+    feature_keys = ()
+
+    def begin(self, prompt_ids, features, sampling):
+        self.greedy = sampling.greedy
+
+    def propose(self, root, rng, max_nodes):
+        if self.greedy:
+            return Tree.chain(root, [7])
+        return Tree.chain(root, [1], [np.full(8, 1 / 8)])
+
+    def accept(self, tokens, features, next_token):
+        pass
+
+
+@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=1.0)])
+def test_generate_refuses_drafts_outside_the_targets_vocabulary(sampling):
+    """A drafter built without the target (so unchecked) drafting over another vocabulary: the
+    loop names the mismatch (a token id beyond the target's vocabulary at T = 0, a proposal of
+    another length at T > 0) instead of failing inside the verifier or the embedding."""
+    from minieagle.errors import InvalidInputError
+
+    drafter = _OtherVocabularyDrafter()
+    with pytest.raises(InvalidInputError, match="target's vocabulary of 6 tokens"):
+        _speculative([1, 3], drafter, sampling, SeededRandomness(0), 4)

@@ -125,11 +125,6 @@ def drafter_factory(args, config, target, tokenizer=None):
         draft_dir = args.draft_model or DEFAULT_DRAFT_MODEL
         draft_params, draft_config, _ = load_checkpoint(draft_dir, with_tokenizer=False)
         check_trained_for(draft_dir, args.model, kind="draft model")
-        if draft_config.vocab_size != config.vocab_size:
-            raise InvalidInputError(
-                f"draft model vocab_size={draft_config.vocab_size} differs from the target's "
-                f"{config.vocab_size}; both must share one tokenizer"
-            )
         draft_model = (put(draft_params, xp), draft_config)
     head = put(head, xp)
     method = args.method

@@ -75,7 +75,8 @@ def build_drafter(
 ):
     """The drafter for a method name (None for vanilla).
 
-    draft_model: (params, config) of the draft model, for "draft-model".
+    draft_model: (params, config) of the draft model, for "draft-model" (with target given,
+    its vocabulary must be the target's).
     target: (params, config) of the target, head: (head params, Eagle1Config) and tree: a static
     tree ("default", "chain:D" or a path list of child ranks), for "eagle1".
     "eagle2" takes the same target and head, and depth (expansion steps), top_k (candidates
@@ -100,7 +101,8 @@ def build_drafter(
             raise InvalidInputError(
                 "method 'draft-model' needs a draft model; pass --draft-model DIR"
             )
-        return DraftModelDrafter(*draft_model, gamma=gamma)
+        target_config = None if target is None else target[1]  # its vocabulary is checked
+        return DraftModelDrafter(*draft_model, gamma=gamma, target_config=target_config)
     if method == "eagle1":
         from minieagle.drafters.eagle1 import Eagle1Drafter
 

@@ -21,14 +21,22 @@ from minieagle.tree import Tree
 
 
 class DraftModelDrafter:
-    """A chain of `gamma` tokens from a separate (smaller) Llama with the same vocabulary."""
+    """A chain of `gamma` tokens from a separate (smaller) Llama with the same vocabulary.
+    target_config, when given, is the target's: its vocabulary must be the draft's."""
 
     feature_keys: tuple = ()
 
-    def __init__(self, params, config: LlamaConfig, gamma: int = 4):
+    def __init__(self, params, config: LlamaConfig, gamma: int = 4, *,
+                 target_config: LlamaConfig | None = None):  # fmt: skip
         if gamma < 1:
             raise InvalidInputError(
                 f"gamma={gamma} must be at least 1 draft token per cycle, e.g. 4"
+            )
+        if target_config is not None and config.vocab_size != target_config.vocab_size:
+            raise InvalidInputError(
+                f"draft model vocab_size={config.vocab_size} differs from the target's "
+                f"{target_config.vocab_size}; both must share one tokenizer: pass a draft model "
+                "trained with the target's tokenizer"
             )
         self.params, self.config, self.gamma = params, config, gamma
         self.embed = params["model.embed_tokens.weight"]
