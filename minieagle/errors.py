@@ -13,6 +13,8 @@ Exit codes of `minieagle` (docs/cli.md):
        a directory that cannot be written, training that diverged, not enough memory
        (argparse's own usage errors exit 2 as well)
   130  interrupted (Ctrl-C); training resumes from its last save
+  141  stdout's reader went away (`minieagle ... | head`): the output stops quietly, as for a
+       program that SIGPIPE ends (128 + 13)
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ EXIT_OK = 0
 EXIT_BUG = 1
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
 
 
 class MinieagleError(Exception):

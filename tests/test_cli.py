@@ -281,3 +281,56 @@ def test_generate_ranks_the_dynamic_tree_by_a_calibration(capsys):
     ):  # fmt: skip
         assert main(argv) == 2
         assert message in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- interrupts, pipes
+
+
+def test_ctrl_c_while_the_arguments_are_parsed_exits_130_in_one_line(monkeypatch, capsys):
+    """A Ctrl-C during the first moments (building the parser, importing the commands) is
+    inside main's handling: exit 130 and one line, no KeyboardInterrupt traceback."""
+    import minieagle.cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(minieagle.cli, "build_parser", interrupted)
+    assert main(["generate", "x"]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("interrupted") and err.count("\n") == 1
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly():
+    """`minieagle ... | head`: the pipe's reader is gone before the command writes (its read end
+    is closed before the command starts, so the write fails for sure). The command exits 141,
+    as a program killed by SIGPIPE does, and prints nothing: no "error:", no traceback, no
+    "Exception ignored" at shutdown."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        run = subprocess.run(
+            [sys.executable, "-m", "minieagle", "generate", "The", "--max-new-tokens", "2"],
+            stdout=write_end, stderr=subprocess.PIPE,
+            text=True, env=env, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(write_end)
+    assert run.stderr == ""
+    assert run.returncode == 141
+
+
+def test_a_broken_pipe_inside_a_command_is_quiet_too(monkeypatch, capsys):
+    """Whichever write meets the closed pipe (here one inside the command), main exits 141
+    without a word; argparse's own --help swallows the error itself and exits 0."""
+    from minieagle.cli import generate as generate_command
+
+    def writes_into_a_closed_pipe(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(generate_command, "cmd_generate", writes_into_a_closed_pipe)
+    assert main(["generate", "x"]) == 141
+    assert capsys.readouterr().err == ""

@@ -10,6 +10,7 @@ every error minieagle explains into one `error: ...` line (docs/cli.md, exit cod
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from minieagle.cli.flags import (  # the shipped checkpoints, which tests and notebooks use
@@ -21,7 +22,7 @@ from minieagle.cli.flags import (  # the shipped checkpoints, which tests and no
     PRETRAINED,
     check_method_flags,
 )
-from minieagle.errors import EXIT_ERROR, EXIT_INTERRUPTED, MinieagleError
+from minieagle.errors import EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_INTERRUPTED, MinieagleError
 
 __all__ = [
     "DEFAULT_DRAFT_MODEL",
@@ -45,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0],
         epilog="exit codes: 0 success; 2 an error minieagle explains (bad input, missing or "
         "unreadable file, diverged training, out of memory); 1 a bug (please report the "
-        "traceback); 130 interrupted",
+        "traceback); 130 interrupted; 141 stdout's reader went away (| head)",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     generate.add_parsers(sub)  # generate, chat
@@ -62,6 +63,17 @@ def _fail(message: str) -> int:
     return EXIT_ERROR
 
 
+def _discard_stdout() -> None:
+    """Point stdout at the null device, so that the interpreter's last flush of what is still
+    buffered cannot fail again (the recipe of Python's `signal` documentation, "Note on
+    SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout is not a file (a test captures it)
+        pass
+
+
 def main(argv=None) -> int:
     """Run the command; returns its exit code (see `minieagle.errors`). Errors minieagle
     explains print one line, `error: ...`; only a bug prints a traceback."""
@@ -69,8 +81,14 @@ def main(argv=None) -> int:
         try:
             args = build_parser().parse_args(argv)
         except SystemExit as exit:  # argparse: --help (0) or a usage error, already printed (2)
-            return exit.code
-        return args.func(args)
+            code = exit.code
+        else:
+            code = args.func(args)
+        sys.stdout.flush()  # a closed pipe fails here, not in the interpreter's last flush
+        return code
+    except BrokenPipeError:  # stdout's reader went away: `minieagle ... | head`
+        _discard_stdout()
+        return EXIT_BROKEN_PIPE
     except MinieagleError as error:
         return _fail(str(error))
     except PermissionError as error:
