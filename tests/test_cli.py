@@ -334,3 +334,40 @@ def test_a_broken_pipe_inside_a_command_is_quiet_too(monkeypatch, capsys):
     monkeypatch.setattr(generate_command, "cmd_generate", writes_into_a_closed_pipe)
     assert main(["generate", "x"]) == 141
     assert capsys.readouterr().err == ""
+
+
+# ---------------------------------------------------------------------------- export, import
+
+
+EXPORT = ["export", "eagle1", "--head", str(PRETRAINED / "small-eagle1")]
+EXPORT += ["--target", str(PRETRAINED / "small")]
+
+
+@pytest.mark.parametrize("command", [EXPORT, ["import", "model.gguf"]])
+@pytest.mark.parametrize("out", ["", " ", ".", ".."])
+def test_export_and_import_refuse_to_replace_the_current_directory(
+    command, out, tmp_path, monkeypatch, capsys
+):
+    """--out '' (or '.', or a directory above this one) would replace the directory the user
+    is in: exit 2 with one line naming --out, and the directory is untouched."""
+    here = tmp_path / "work"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    assert main([*command, "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --out {out!r}") and err.count("\n") == 1
+    assert list(here.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["work"]
+
+
+def test_export_refuses_a_full_directory_that_holds_no_export(tmp_path, capsys):
+    """An existing directory with files but no config.json is no earlier export: refused
+    before anything is written; an earlier export (config.json there) is replaced."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json.bak").write_text("{}")
+    assert main([*EXPORT, "--out", str(other)]) == 2
+    assert "holds no earlier output" in capsys.readouterr().err
+    assert [p.name for p in other.iterdir()] == ["config.json.bak"]
+    earlier = tmp_path / "earlier"
+    assert main([*EXPORT, "--out", str(earlier)]) == 0
+    assert main([*EXPORT, "--out", str(earlier)]) == 0

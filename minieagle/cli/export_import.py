@@ -3,12 +3,45 @@ pretrained Llama as a minieagle checkpoint)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from minieagle.errors import InvalidInputError
+
+
+def check_out_dir(out: str | None) -> None:
+    """Refuse an --out whose writing would destroy what the user did not ask to replace: the
+    output replaces the whole directory, so not '' nor the current directory (or one above
+    it), nor an existing directory with files but no config.json (no earlier output)."""
+    if out is None:
+        return
+    if not out.strip():
+        raise InvalidInputError(
+            f"--out {out!r} is empty, which would mean the current directory; pass the "
+            "directory to write, e.g. --out exported-head"
+        )
+    directory = Path(out).expanduser().resolve()
+    here = Path.cwd().resolve()
+    if directory == here or directory in here.parents:
+        raise InvalidInputError(
+            f"--out {out!r} is the current directory or one above it, and writing replaces "
+            "the whole directory; pass a new directory, e.g. --out exported-head"
+        )
+    if (
+        directory.is_dir()
+        and any(directory.iterdir())
+        and not (directory / "config.json").is_file()
+    ):
+        raise InvalidInputError(
+            f"--out {out!r} is a directory with files that holds no earlier output (no "
+            "config.json), and writing replaces the whole directory; pass a new or empty "
+            "directory"
+        )
 
 
 def cmd_export(args) -> int:
     from minieagle.heads.eagle1 import export_official
 
+    check_out_dir(args.out)
     out = export_official(args.head, args.target, args.out, dtype=args.dtype)
     print(f"EAGLE-1 head with embed_tokens.weight written to {out}")
     return 0
@@ -18,6 +51,7 @@ def cmd_import(args) -> int:
     from minieagle.importers import import_model
     from minieagle.importers.smollm2 import ensure_smollm2
 
+    check_out_dir(args.out)
     progress = not args.quiet
     if args.source == "smollm2":
         directory = ensure_smollm2(args.dtype, out_dir=args.out, progress=progress)
