@@ -4,35 +4,31 @@ Each assignment is a folder next to this file, `minieagle/assignments/<name>/`, 
 
     __init__.py      TITLE, FILES (library files with its solution regions), PLANTED_BUGS
     handout.md       what to build, in which order, and the written questions
-    answers.md       worked answers to the written questions (for instructors; never copied)
     test_public.py   tests the student gets
-    test_hidden.py   tests only the grader runs
+    answers.md       worked answers to the written questions     } instructors only: the student
+    test_hidden.py   tests only the grader runs                  } edition leaves them out
+    planted_bugs.py  PLANTED_BUGS, deliberate mistakes for `check` } (release.INSTRUCTOR_ONLY)
 
-A student folder (`make`) holds README.md (the handout), `submission/` (the assignment's files with
-its regions stubbed), `test_public.py`, and a conftest.py that makes `import minieagle.<module>`
-load the files in `submission/`. `grade` copies a submission's files next to the public and hidden
-tests and runs pytest on them in a fresh interpreter with the scoring plugin; the result is a
-`Report` with a score per test.
+A student folder (`make`) holds README.md (the handout), ANSWERS.md (a template for the written
+questions), `submission/` (the assignment's files with its regions stubbed), `test_public.py`, and
+a conftest.py that makes `import minieagle.<module>` load the files in `submission/`. `grade` runs
+the public and hidden tests against a submission in a sandboxed process of its own
+(`isolation.py`); the result is a `Report` with a score per test.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
-import os
+import re
 import shutil
-import subprocess
-import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minieagle.assignments import solutions
+from minieagle.assignments import isolation, solutions
 
 HERE = Path(__file__).resolve().parent
 LIBRARY = HERE.parent
 NAMES = ("decoder_layer", "verifier", "draft_model", "eagle1_head", "eagle2_tree", "eagle3_ttt")
-GRADE_TIMEOUT_S = 1800
 
 _CONFTEST = '''"""Makes `import minieagle.<module>` load the files in submission/."""
 
@@ -103,7 +99,10 @@ def get(name: str) -> Assignment:
             "(`minieagle assignment list`)"
         )
     spec = importlib.import_module(f"minieagle.assignments.{name}")
-    return Assignment(name, spec.TITLE, tuple(spec.FILES), tuple(spec.PLANTED_BUGS))
+    bugs = ()
+    if (HERE / name / "planted_bugs.py").exists():  # the instructor's copy only
+        bugs = importlib.import_module(f"minieagle.assignments.{name}.planted_bugs").PLANTED_BUGS
+    return Assignment(name, spec.TITLE, tuple(spec.FILES), tuple(bugs))
 
 
 def _write_sources(folder: Path, sources: dict[str, str]) -> None:
@@ -133,10 +132,23 @@ def make(name: str, out: str | Path) -> Path:
         "they import your files in place of minieagle's own. The grader runs more tests.\n",
         encoding="utf-8",
     )
+    (out / "ANSWERS.md").write_text(answers_template(assignment.title, handout), encoding="utf-8")
     shutil.copy(assignment.folder / "test_public.py", out / "test_public.py")
     (out / "conftest.py").write_text(_CONFTEST, encoding="utf-8")
     (out / "pytest.ini").write_text(_PYTEST_INI, encoding="utf-8")
     return out
+
+
+def answers_template(title: str, handout: str) -> str:
+    """ANSWERS.md for a student folder: each numbered written question of the handout, with room
+    for the answer."""
+    section = handout.split("## Written questions", 1)[-1].split("\n## ", 1)[0]
+    questions = re.findall(r"^(\d+)\. (.+?)(?=^\d+\. |\Z)", section, flags=re.M | re.S)
+    parts = [f"# Written answers: {title}\n", "Name:\n"]
+    for number, text in questions:
+        quoted = "\n".join(f"> {line.strip()}" for line in text.strip().splitlines())
+        parts.append(f"## Question {number}\n\n{quoted}\n\nYour answer:\n")
+    return "\n".join(parts)
 
 
 @dataclass
@@ -146,6 +158,7 @@ class Report:
     assignment: str
     results: list[dict] = field(default_factory=list)
     log: str = ""
+    problem: str | None = None  # why grading stopped early (import failed, exit, time limit)
 
     @property
     def score(self) -> int:
@@ -161,6 +174,8 @@ class Report:
     def text(self) -> str:
         """A readable report: one line per test, then why each failed test failed."""
         lines = [f"{self.assignment}: {self.score} / {self.total} points", ""]
+        if self.problem:
+            lines[1:1] = [f"Grading stopped early: {self.problem}", ""]
         width = max((len(r["test"]) for r in self.results), default=10)
         for r in self.results:
             got = r["points"] if r["passed"] else 0
@@ -174,8 +189,20 @@ class Report:
         return "\n".join(lines)
 
 
+def test_sources(name: str) -> dict[str, str]:
+    """{test file name: source} of assignment `name`: the public tests, and the hidden tests where
+    this copy has them (the instructor's; a student edition grades the public tests only)."""
+    folder = get(name).folder
+    return {
+        file: (folder / file).read_text(encoding="utf-8")
+        for file in ("test_public.py", "test_hidden.py")
+        if (folder / file).exists()
+    }
+
+
 def grade_sources(name: str, sources: dict[str, str]) -> Report:
-    """Grade {file: source} (the assignment's files, package-relative) on all its tests."""
+    """Grade {file: source} (the assignment's files, package-relative) on all its tests, in a
+    sandboxed process of its own (see isolation.py); the points are decided here."""
     assignment = get(name)
     missing = sorted(set(assignment.files) - set(sources))
     if missing:
@@ -183,29 +210,22 @@ def grade_sources(name: str, sources: dict[str, str]) -> Report:
             f"the submission lacks {', '.join(missing)}; hand in every file of the assignment "
             f"({', '.join(assignment.files)})"
         )
-    with tempfile.TemporaryDirectory(prefix=f"grade-{name}-") as tmp:
-        folder = Path(tmp)
-        _write_sources(folder / "submission", {f: sources[f] for f in assignment.files})
-        for tests in ("test_public.py", "test_hidden.py"):
-            shutil.copy(assignment.folder / tests, folder / tests)
-        (folder / "conftest.py").write_text(_CONFTEST, encoding="utf-8")
-        (folder / "pytest.ini").write_text(_PYTEST_INI, encoding="utf-8")
-        score_file = folder / "scores.json"
-        env = dict(os.environ, MINIEAGLE_SCORE_FILE=str(score_file))
-        env.setdefault("OPENBLAS_NUM_THREADS", "1")
-        run = subprocess.run(
-            [sys.executable, "-m", "pytest", "-p", "no:randomly", str(folder)],
-            cwd=folder,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=GRADE_TIMEOUT_S,
+    tests = test_sources(name)
+    expected = isolation.expected_tests(tests)
+    outcome = isolation.run_tests(name, {f: sources[f] for f in assignment.files}, tests)
+    results = []
+    for test in expected:
+        passed, message = outcome.results.get(
+            test["id"],
+            (
+                False,
+                "not run: grading stopped early (see its reason at the top)"
+                if outcome.problem
+                else "not run: the grader got no result for it",
+            ),  # fmt: skip
         )
-        log = run.stdout + run.stderr
-        if not score_file.exists():
-            raise RuntimeError(f"grading {name} produced no scores; pytest said:\n{log[-3000:]}")
-        results = json.loads(score_file.read_text(encoding="utf-8"))
-    return Report(name, results, log)
+        results.append({**test, "passed": passed, "message": message})
+    return Report(name, results, outcome.log, outcome.problem)
 
 
 def grade(name: str, folder: str | Path) -> Report:

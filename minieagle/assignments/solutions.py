@@ -66,20 +66,34 @@ def regions(source: str, where: str = "<source>") -> list[Region]:
     return found
 
 
-def stub(source: str, name: str, where: str = "<source>") -> str:
-    """`source` with assignment `name`'s regions replaced by a NotImplementedError stub."""
+def stub(source: str, name: str, where: str = "<source>", *, keep_markers: bool = False) -> str:
+    """`source` with assignment `name`'s regions replaced by a NotImplementedError stub.
+
+    The marker lines of other assignments' regions are dropped (their code stays). With
+    `keep_markers`, the stubbed regions keep their own marker lines around the stub, so the result
+    can be stubbed again: that is the library of a student edition (see `release.py`)."""
+    return edition(source, (name,), where, keep_markers=keep_markers)
+
+
+def edition(source: str, names, where: str = "<source>", *, keep_markers: bool = False) -> str:
+    """`source` with the regions of every assignment in `names` stubbed (see `stub`)."""
     lines = source.splitlines()
-    ours = {r.begin: r for r in regions(source, where) if r.name == name}
+    ours = {r.begin: r for r in regions(source, where) if r.name in names}
     out, skip_to = [], -1
     for number, line in enumerate(lines):
         if number <= skip_to:
             continue
         if number in ours:
             region = ours[number]
-            out.append(f"{region.indent}# YOUR CODE HERE ({name}: see README.md)")
+            if keep_markers:
+                out.append(line)
+            out.append(f"{region.indent}# YOUR CODE HERE ({region.name}: see README.md)")
             out.append(
-                f'{region.indent}raise NotImplementedError("{name}: this part is yours to write")'
+                f'{region.indent}raise NotImplementedError("{region.name}: this part is yours to '
+                'write")'
             )
+            if keep_markers:
+                out.append(lines[region.end])
             skip_to = region.end
         elif not (_BEGIN.match(line) or _END.match(line)):
             out.append(line)

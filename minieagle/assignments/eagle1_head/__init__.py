@@ -1,43 +1,4 @@
 """Assignment (d): the EAGLE-1 head, the tree attention mask and the level-by-level drafter."""
 
-from minieagle.assignments.grader import PlantedBug
-
 TITLE = "EAGLE-1: the feature head, the tree mask and level-by-level tree drafting"
 FILES = ("heads/eagle1.py", "tree.py", "drafters/eagle1.py", "drafters/head_drafter.py")
-PLANTED_BUGS = (
-    PlantedBug(
-        "tree mask sees only the parent",
-        "tree.py",
-        "mask[i] |= mask[tree.parents[i]]",
-        "mask[i, tree.parents[i]] = True",
-        "not only its parent",
-    ),
-    PlantedBug(
-        "features and embeddings concatenated in the wrong order",
-        "heads/eagle1.py",
-        "xp.concat(streams, axis=-1) if len(streams) == 2",
-        "xp.concat(streams[::-1], axis=-1) if len(streams) == 2",
-        "wrong order",
-    ),
-    PlantedBug(
-        "positions by node index instead of depth",
-        "tree.py",
-        "    return cached + depths(tree)\n",
-        "    return cached + np.arange(len(tree))\n",
-        "cached + depth",
-    ),
-    PlantedBug(
-        "the head drafts from unshifted tokens",
-        "drafters/head_drafter.py",
-        "            [tokens[n] for n in fed], features,",
-        "            [tokens[parents[n]] for n in fed], features,",
-        "shifted token",
-    ),
-    PlantedBug(
-        "nodes of a level see their siblings",
-        "drafters/head_drafter.py",
-        "            mask[i, base + i] = True\n",
-        "            mask[i, base : base + count] = True\n",
-        "sibling",
-    ),
-)

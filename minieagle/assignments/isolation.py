@@ -1,0 +1,290 @@
+"""Run an assignment's tests against a submission in a process of its own, and read what happened.
+
+The grading process (this module) trusts nothing the submission's process could write:
+
+- the submission is checked for syntax here, without running it, so a syntax error is reported
+  with its file and line;
+- it runs in a fresh interpreter (`python -I -S`: no user site, no `.pth` hooks, no PYTHONPATH)
+  whose `sys.path` holds a **grading copy** of the package — the student edition of this one
+  assignment with the submitted files in place, built here in a temporary folder — and the
+  dependencies' site-packages without minieagle's own install: the reference of a graded region
+  exists neither on that path nor in that folder, and the child's audit hook refuses to read the
+  instructor's copy (see `harness.py`);
+- its environment is minimal (no instructor paths, HOME and TMPDIR in its own work folder);
+- the child reports raw per-test outcomes as lines signed with a key it reads from its standard
+  input before the submission is imported; the points and the list of tests come from a
+  collection of the tests run here, in the instructor's environment (`expected_tests`), so a
+  child cannot add a test, change a test's points or pass a test it did not report;
+- import-and-collection and each test run under time limits kept here: a child that loops, exits
+  (`sys.exit`, `os._exit`) or crashes is stopped, and the report says which test (or the import)
+  it was in and why.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import select
+import signal
+import site
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from minieagle.assignments import overlay, release
+
+COLLECT_SECONDS = 120  # importing the submission and collecting the tests
+TEST_SECONDS = 60  # each test (MINIEAGLE_TEST_SECONDS overrides)
+_MARGIN_SECONDS = 30  # the child times each test itself; this is the backstop past its limit
+_PYTEST_INI = "[pytest]\n"
+_BOOT = (
+    "import sys; sys.path[:0] = sys.argv[1:2]; sys.path += sys.argv[2:]; "
+    "from minieagle.assignments import harness; harness.main()"
+)
+
+
+@dataclass
+class Outcome:
+    """What the child reported, verified: {test id: (passed, message)}, and the problem that
+    stopped grading early, if any (a sentence for the student)."""
+
+    results: dict[str, tuple[bool, str]] = field(default_factory=dict)
+    problem: str | None = None
+    log: str = ""
+
+
+def syntax_problem(sources: dict[str, str]) -> str | None:
+    """The first syntax error of the submitted {file: source}, with its file and line, or None."""
+    for file, source in sources.items():
+        try:
+            compile(source, f"submission/{file}", "exec", dont_inherit=True)
+        except SyntaxError as error:
+            line = (error.text or "").strip()
+            return (
+                f"submission/{file}, line {error.lineno}: {error.msg}"
+                + (f": {line}" if line else "")
+                + "; fix it (python -m py_compile shows it too), then grade again"
+            )
+    return None
+
+
+def _python_paths() -> list[str]:
+    """The site-packages folders the dependencies come from (the child adds them by hand)."""
+    paths = list(site.getsitepackages())
+    user = site.getusersitepackages()
+    if site.ENABLE_USER_SITE and os.path.isdir(user):
+        paths.append(user)
+    return [p for p in dict.fromkeys(paths) if os.path.isdir(p)]
+
+
+def _modules_used(tests: dict[str, str]) -> list[str]:
+    """The minieagle modules the tests import (and minieagle.testing), in a stable order."""
+    names = {"minieagle.testing", "minieagle.gradcheck"}
+    for source in tests.values():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("minieagle"):
+                names.add(node.module)
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.Import):
+                names.update(a.name for a in node.names if a.name.startswith("minieagle"))
+    return sorted(names)
+
+
+def _write_tests(folder: Path, tests: dict[str, str]) -> None:
+    folder.mkdir()
+    for file, source in tests.items():
+        (folder / file).write_text(source, encoding="utf-8")
+    (folder / "pytest.ini").write_text(_PYTEST_INI, encoding="utf-8")
+
+
+@functools.cache
+def _collected(tests: tuple[tuple[str, str], ...]) -> tuple[dict, ...]:
+    with tempfile.TemporaryDirectory(prefix="collect-") as tmp:
+        folder = Path(tmp) / "tests"
+        _write_tests(folder, dict(tests))
+        scores = Path(tmp) / "expected.json"
+        env = dict(os.environ, MINIEAGLE_SCORE_FILE=str(scores), OPENBLAS_NUM_THREADS="1")
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+             "-p", "no:randomly", "-p", "minieagle.assignments.scoring",
+             "-c", str(folder / "pytest.ini"), str(folder)],  # fmt: skip
+            cwd=tmp, env=env, capture_output=True, text=True, timeout=COLLECT_SECONDS,
+        )  # fmt: skip
+        if run.returncode != 0 or not scores.exists():
+            raise RuntimeError(
+                "collecting the assignment's own tests failed (with the instructor's library); "
+                f"fix the tests first. pytest said:\n{(run.stdout + run.stderr)[-3000:]}"
+            )
+        return tuple(json.loads(scores.read_text(encoding="utf-8")))
+
+
+def expected_tests(tests: dict[str, str]) -> list[dict]:
+    """The tests of `tests` ({file name: source}) as collected here, with the instructor's library:
+    [{id, test, doc, points}], the list the points are decided from."""
+    return [dict(record) for record in _collected(tuple(sorted(tests.items())))]
+
+
+def run_tests(name: str, sources: dict[str, str], tests: dict[str, str]) -> Outcome:
+    """Run `tests` ({file name: source}) against the submission `sources` ({package-relative
+    file: source}) of assignment `name` in a sandboxed child process; see the module docstring."""
+    problem = syntax_problem(sources)
+    if problem:
+        return Outcome(problem=problem)
+    test_seconds = int(os.environ.get("MINIEAGLE_TEST_SECONDS", TEST_SECONDS))
+    with tempfile.TemporaryDirectory(prefix=f"grade-{name}-") as tmp:
+        tmp = Path(tmp).resolve()
+        copy, work, folder = tmp / "copy", tmp / "work", tmp / "tests"
+        release.package_copy(copy, [name], replace=sources, link_data=True)
+        work.mkdir()
+        _write_tests(folder, tests)
+        key = secrets.token_bytes(32)
+        read_end, write_end = os.pipe()
+        stdlib = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")}
+        spec = {
+            "key": key.hex(),
+            "result_fd": write_end,
+            "copy": str(copy),
+            "work": str(work),
+            "tests": str(folder),
+            "python_paths": sorted(stdlib | set(_python_paths())),
+            "submission_files": [str(copy / "minieagle" / f) for f in sources],
+            "submission_modules": [overlay.module_name(f) for f in sources],
+            "preload": _modules_used(tests),
+            "test_seconds": test_seconds,
+        }
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(work),
+            "TMPDIR": str(work),
+            "LANG": "C.UTF-8",
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        with open(tmp / "log.txt", "w+", encoding="utf-8", errors="replace") as log:
+            child = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-B", "-c", _BOOT, str(copy), *_python_paths()],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=work, env=env,
+                pass_fds=(write_end,), start_new_session=True,
+            )  # fmt: skip
+            os.close(write_end)
+            try:
+                child.stdin.write(json.dumps(spec).encode())
+                child.stdin.close()
+            except BrokenPipeError:
+                pass
+            try:
+                outcome = _read(child, read_end, key, test_seconds)
+            finally:
+                os.close(read_end)
+                _stop(child)
+            log.seek(0)
+            outcome.log = log.read()[-20000:]
+    if outcome.problem and "exit code" in outcome.problem:
+        outcome.problem += _last_error(outcome.log)
+    return outcome
+
+
+def _stop(child: subprocess.Popen) -> None:
+    if child.poll() is None:
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    child.wait()
+
+
+def _last_error(log: str) -> str:
+    lines = [line for line in log.strip().splitlines() if line.strip()]
+    return f"; it printed last: {lines[-1].strip()[:300]}" if lines else ""
+
+
+def _read(child, fd: int, key: bytes, test_seconds: int) -> Outcome:
+    """Read and verify the child's records until it is done, dies, or runs over a limit."""
+    outcome, buffer, expect_seq = Outcome(), b"", 0
+    phase, current = "import", None  # import -> tests
+    deadline = time.monotonic() + COLLECT_SECONDS
+    collect_errors: list[str] = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            if phase == "import":
+                outcome.problem = (
+                    f"importing the submission and collecting the tests took over "
+                    f"{COLLECT_SECONDS} s: a loop at import? Nothing was graded"
+                )
+            else:
+                outcome.results[current] = (False, f"ran over {test_seconds} s and was stopped")
+                outcome.problem = (
+                    f"{current} ran over its time limit; the tests after it did not run"
+                )
+            return outcome
+        ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+        if not ready:
+            continue
+        chunk = os.read(fd, 65536)
+        if not chunk:  # the child closed the pipe: it ended
+            code = child.wait()
+            where = "while importing the submission" if phase == "import" else f"during {current}"
+            if collect_errors:
+                outcome.problem = "the submission could not be imported: " + collect_errors[0]
+            elif outcome.problem is None:
+                outcome.problem = (
+                    f"the grading process ended {where} with exit code {code} (sys.exit or "
+                    "os._exit in the submission, or a crash); the tests after it did not run"
+                )
+            return outcome
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            record = _verified(line, key, expect_seq)
+            if record is None:
+                outcome.problem = (
+                    "the grading process sent a record that was not signed in order: something "
+                    "in the submission wrote to the grader's channel; graded 0 from there"
+                )
+                return outcome
+            expect_seq += 1
+            kind = record["kind"]
+            if kind == "collect_error":
+                collect_errors.append(_import_error(record["message"]))
+            elif kind == "collected":
+                phase = "tests"
+                if collect_errors:
+                    outcome.problem = "the submission could not be imported: " + collect_errors[0]
+            elif kind == "start":
+                current = record["test"]
+                deadline = time.monotonic() + test_seconds + _MARGIN_SECONDS
+            elif kind == "outcome":
+                outcome.results[record["test"]] = (bool(record["passed"]), str(record["message"]))
+            elif kind == "done":
+                return outcome
+
+
+def _verified(line: bytes, key: bytes, seq: int) -> dict | None:
+    try:
+        wrapper = json.loads(line)
+        body, mac = wrapper["body"], wrapper["mac"]
+        want = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+        record = json.loads(body)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not hmac.compare_digest(mac, want) or record.get("seq") != seq:
+        return None
+    return record
+
+
+def _import_error(longrepr: str) -> str:
+    """The last line that names an exception in a collection error, e.g. 'ValueError: ...'."""
+    lines = [line.strip() for line in longrepr.splitlines() if line.strip()]
+    errors = [line.lstrip("E ").strip() for line in lines if line.startswith("E ")]
+    return (errors[-1] if errors else (lines[-1] if lines else longrepr))[:500]
