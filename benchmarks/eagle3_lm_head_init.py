@@ -1,5 +1,5 @@
 """Does the EAGLE-3 head learn faster when its LM head starts as the target's? One experiment
-beside the data-scaling run (`eagle3_scaling.py`).
+beside the data-scaling run (`eagle3_scaling_corpus.py`).
 
 For each chosen point of a finished scaling run (its JSON: the data cap, steps and recipe of each
 EAGLE-3 head), train the same EAGLE-3 head again with `lm_head_init="target"` (the draft LM
@@ -9,7 +9,7 @@ counts as the scaling run. Writes {point: {"random": τ, "target": τ, "eagle1":
 and temperature, the first and last taken from the scaling JSON.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/eagle3_lm_head_init.py --points 1/8 1/4 \\
-        --scaling docs/results/eagle3-scaling.json --out runs/lminit \\
+        --scaling docs/results/eagle3-scaling-corpus.json --out runs/lminit \\
         --json docs/results/eagle3-lm-head-init.json
 
 Each point is a `train_eagle_head` run in --out (resumable; reused when finished).
@@ -42,7 +42,7 @@ def _point_config(scaling: dict, point: dict, out: Path) -> EagleTrainConfig:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scaling", default="docs/results/eagle3-scaling.json")
+    parser.add_argument("--scaling", default="docs/results/eagle3-scaling-corpus.json")
     parser.add_argument("--points", nargs="+", default=["1/8", "1/4"], help="e.g. 1/8 1/4")
     parser.add_argument("--out", default="runs/lminit")
     parser.add_argument("--json", default="docs/results/eagle3-lm-head-init.json")

@@ -1,57 +1,43 @@
 """EAGLE-3's data scaling (paper Figure 1) in miniature: τ against the amount of training data,
-for an EAGLE-1 head and an EAGLE-3 head.
+for an EAGLE-1 head (drafting through EAGLE-2's dynamic tree) and an EAGLE-3 head.
 
-For each fraction 1/8, 1/4, 1/2, 1 of the training data (a prefix of each corpus's train split,
-`max_train_chars` = ceil(fraction x the larger split's characters), so the smaller corpus gets a
-slightly larger share), both heads are trained, each as a `train_eagle_head` run in
---out/HEAD-dataAofB, with one budget per point: the same batch, window length, learning rate,
-warmup and seed, and the same number of passes over that point's data (--epochs):
+The data are the shards of `minieagle distill` runs (--features): the bundled corpora's training
+splits tiled into windows ("corpus-windows", 2.64M tokens, the unit of the x axis) and the
+target's own text sampled at T = 1 ("corpus" prompts), with the target's hidden states recorded
+as it wrote them. One fixed random order of all their windows (`FeaturePool.pass_order`); the
+point "k x" is the first k x unit tokens of that order, read once (one pass), so every point's
+data is a prefix of the next one's and each point mixes corpus and self-distilled windows in the
+same proportion.
 
-    steps = max(1, round(epochs x training tokens / (batch size x seq_len)))
+Each head trains once, on the largest point, with a warmup-stable-decay schedule
+(`optim.wsd_lr`: the rate is flat until the last --decay-fraction of a run's steps). Up to the
+start of a smaller point's decay, that point's own run would be the same run step for step: the
+same data order, the same rate, the same noise. So the long run keeps its state there
+(`keep_states`) and each smaller point branches off it (`train_eagle.branch_from`) and runs only
+its own decay: the points cost 1 + decay-fraction x (1/2 + 1/4 + 1/8) of the largest point's
+training instead of 1 + 1/2 + 1/4 + 1/8. The long run is trained point by point (paused after
+each branch state), so the smallest points are measured first and a run cut short by the
+end of a session leaves every finished point measured; run the same command again to resume.
 
-Equal passes, not equal steps: the paper scales the data at a fixed training recipe, so a point
-with twice the data also trains twice as long. At equal steps the 1/8 point would see each of its
-tokens eight times as often as the full point, and the curve would measure repetition as much as
-data. (Windows are drawn at random, so a "pass" is the expected coverage, not a shuffled epoch.)
+Each point's heads are benched as soon as they exist (`compare_methods` through the tree of
+--depth/--top-k/--total-tokens, on held-out and out-of-domain prompts, T = 0 and T = 1) and the
+JSON and the plot are rewritten, so they always show the points finished so far.
 
-The two heads of a fraction are then benched with `compare_methods`, side by side with vanilla,
-through the same dynamic tree (default EAGLE-2's sizes: depth 5 expansion steps, top_k 8, 26 nodes
-verified, root included), on held-out prompts and, separately, out-of-domain prompts. The plot shows
-τ at T = 0 against the training tokens, one line per head, one panel per prompt set;
-`compare_methods` always measures T = 1 as well, which the JSON keeps. Recorded per point: the
-character cap, the training tokens (the data set's size) and tokens seen (steps x batch x seq_len),
-steps, passes, the training time (s/step of the last uninterrupted stretch x steps) and this run's
-wall time, τ and n-α per setting and prompt set, and the head's last validation metrics. At full
-size every cap exceeds the validation splits, so every point is validated on the same text.
-
-Resumable per point: a killed run resumes its training; a finished head whose settings match is
-reused, and so is a fraction's benchmark (--out/dataAofB.bench.json) when the bench settings and
-the heads match.
-
-Full size (one core of the 2-core development machine, another training run on the other:
-0.8-0.9 s/step for the EAGLE-1 head, 2.1-2.3 s/step for the EAGLE-3 head; the whole data is 2.64M
-tokens, so 2576 steps per pass at fraction 1 and 1.875 x that, 4830 steps per head, over the four
-fractions: about 1.1 h for the EAGLE-1 heads and 3 h for the EAGLE-3 heads, plus about 10 minutes
-of benchmarks):
-
-    OPENBLAS_NUM_THREADS=1 python benchmarks/eagle3_scaling.py --out runs/eagle3-scaling \\
+    R=~/.cache/minieagle/runs/tiny
+    OPENBLAS_NUM_THREADS=1 python benchmarks/eagle3_scaling.py --model $R/targets/small \\
+        --features $R/corpus $R/self-T1 --out $R/scaling --heads eagle3 \\
         --json docs/results/eagle3-scaling.json --plot docs/results/eagle3-scaling.png
 
-(the defaults: --epochs 1 --data-chars 0 (the whole train split) --batch-size 8 --seq-len 128
---lr 1e-2 --warmup-steps 50 --ttt-steps 7 --depth 5 --top-k 8 --total-tokens 26
---prompts-per-kind 3 --new-tokens 64 --repeats 1). `--smoke` runs a tiny version in seconds
-(fractions of 16,000 characters per corpus, 0.01 passes: 1 to 3 steps of 2 windows of 16 tokens,
-a tree of depth 2, top_k 2 and 6 nodes, one held-out and one out-of-domain prompt, 8 new tokens);
-it overrides those flags and defaults --out to runs/eagle3-scaling-smoke.
+(`--heads eagle1` in a second process trains the other head on the other core; both write the
+same JSON, each its own points.) `--smoke` runs a tiny version on a few shards in seconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from fractions import Fraction
+import time
 from pathlib import Path
 
 from eagle3_ablation import (
@@ -63,51 +49,116 @@ from eagle3_ablation import (
     head_config,
     head_drafter,
     summarise,
-    train_or_reuse,
 )
 
 from minieagle.checkpoint import load_checkpoint
-from minieagle.data import load_text
+from minieagle.distill import open_shards
 from minieagle.errors import InvalidInputError
-from minieagle.train import token_stream
-from minieagle.train_eagle import EagleTrainConfig
+from minieagle.feature_cache import FeaturePool
+from minieagle.train_eagle import branch_from, train_eagle_head
 
-FRACTIONS = (Fraction(1, 8), Fraction(1, 4), Fraction(1, 2), Fraction(1))
 HEADS = {"eagle1": "EAGLE-1 head (EAGLE-2 tree)", "eagle3": "EAGLE-3 head"}
-CORPORA = EagleTrainConfig().corpora
-SMOKE_EPOCHS = 0.01
+POINTS = (1, 2, 4, 8)
+UNIT_TOKENS = 2_640_000  # the corpora's training splits: "today's" data of the earlier curve
 
 
-def data_chars(corpora) -> int:
-    """The characters of the largest train split: fraction 1 caps nothing."""
-    return max(len(load_text(corpus, "train")) for corpus in corpora)
+def point_steps(point: float, args) -> int:
+    """Steps of one pass over `point` x the unit tokens, in windows of seq_len + 1."""
+    windows = point * args.unit_tokens / (args.seq_len + 1)
+    return max(1, round(windows / args.batch_size))
 
 
-def training_tokens(tokenizer, run_dir: Path, max_chars: int) -> int:
-    """Tokens of the training streams a run with this cap reads (cached in its run directory,
-    where the trainer finds them)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return sum(len(token_stream(tokenizer, c, "train", run_dir, max_chars)[0]) for c in CORPORA)
+def decay_steps(steps: int, args) -> int:
+    return max(1, round(args.decay_fraction * steps))
 
 
-def _bench_fraction(params, config, tokenizer, records: dict, label: str, args) -> dict:
-    """`bench_prompt_sets` of one fraction's heads side by side ({method label: training
-    record}), reused from --out/label.bench.json when it was measured with the same settings for
-    the same trained heads."""
+def head_run(args, head: str, label: str, steps: int, **fields):
+    """The training config of one head run in --out/label."""
+    fields.setdefault("lm_head_init", "target" if head == "eagle3" else "random")
+    return head_config(
+        args, label, head, steps=steps, data="features", features=tuple(args.features),
+        order="pass", decay_steps=decay_steps(steps, args), **fields,
+    )  # fmt: skip
+
+
+def _finished(cfg) -> bool:
+    """Whether the run of cfg has finished and exported its head."""
+    return (Path(cfg.out_dir) / "train_log.json").is_file() and (
+        Path(cfg.export_dir) / "model.safetensors"
+    ).is_file()
+
+
+def _train(cfg, progress: bool) -> dict:
+    """Train (or resume, or reuse when finished) the run of cfg; what the JSON records of it."""
+    run, export = Path(cfg.out_dir), Path(cfg.export_dir)
+    log_path = run / "train_log.json"
+    start = time.perf_counter()
+    reused = cfg.until == 0 and _finished(cfg)
+    if not reused:
+        train_eagle_head(cfg, resume=True, progress=progress)
+    if cfg.until:
+        return {}
+    log = json.loads(log_path.read_text())
+    return {
+        "head": cfg.head,
+        "run_dir": str(run),
+        "export_dir": str(export),
+        "steps": cfg.steps,
+        "decay_steps": cfg.decay_steps,
+        "s_per_step": log["s_per_step"],
+        "wall_seconds_this_run": time.perf_counter() - start,
+        "final_eval": log["evals"][-1],
+        "aux_layers": list(cfg.aux_layers) or None,
+    }
+
+
+def train_points(args, head: str, points, on_point) -> None:
+    """Train `head` at every point (ascending), calling on_point(point, record) as each
+    finishes: the largest point's run pauses where each smaller point's decay starts, keeps its
+    state there, and the smaller point branches off and decays."""
+    largest = max(points)
+    total = point_steps(largest, args)
+    branch_at = {p: point_steps(p, args) - decay_steps(point_steps(p, args), args)
+                 for p in points if p != largest}  # fmt: skip
+    main_label = f"{head}-{largest}x"
+    for point in sorted(points):
+        if point != largest:
+            label = f"{head}-{point}x"
+            cfg = head_run(args, head, label, point_steps(point, args))
+            if not _finished(cfg):
+                paused = head_run(args, head, main_label, total, until=branch_at[point],
+                                  keep_states=tuple(branch_at.values()))  # fmt: skip
+                _train(paused, progress=not args.smoke)
+                branch_from(paused.out_dir, branch_at[point], cfg.out_dir)
+        else:
+            label = main_label
+            cfg = head_run(args, head, label, total, keep_states=tuple(branch_at.values()))
+        on_point(point, _train(cfg, progress=not args.smoke))
+
+
+def _bench(params, config, tokenizer, label: str, factory, record: dict, args) -> dict:
+    """`bench_prompt_sets` of one head, reused from --out/label.bench.json when it was measured
+    with the same settings for the same trained head."""
     path = Path(args.out) / f"{label}.bench.json"
     names = ("depth", "top_k", "total_tokens", "prompts_per_kind", "prompt_limit", "new_tokens")
     settings = {name: getattr(args, name) for name in (*names, "repeats")}
-    settings["final_evals"] = {name: record["final_eval"] for name, record in records.items()}
+    settings["final_eval"] = record["final_eval"]
+    settings = json.loads(json.dumps(settings))
     if path.is_file():
         saved = json.loads(path.read_text())
-        if saved["settings"] == json.loads(json.dumps(settings)):
+        if saved["settings"] == settings:
             return saved["bench"]
-    methods = {
-        name: head_drafter(params, config, record, args)[1] for name, record in records.items()
-    }
-    bench = bench_prompt_sets(params, config, tokenizer, methods, args)
+    bench = bench_prompt_sets(params, config, tokenizer, {label: factory}, args)
     path.write_text(json.dumps({"settings": settings, "bench": bench}, indent=2) + "\n")
     return bench
+
+
+def _read_results(path: Path) -> dict:
+    if path.is_file():
+        saved = json.loads(path.read_text())
+        if saved.get("design") == "wsd-branches":
+            return saved
+    return {"design": "wsd-branches", "points": []}
 
 
 def plot(points: list[dict], path: Path) -> None:
@@ -120,11 +171,12 @@ def plot(points: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(1, len(PROMPT_SETS), figsize=(9, 3.6), sharey=True)
     for ax, set_name in zip(axes, PROMPT_SETS, strict=True):
         for head, name in HEADS.items():
-            mine = sorted((p for p in points if p["head"] == head), key=lambda p: p["fraction"])
-            tokens = [p["train_tokens"] for p in mine]
-            ax.plot(tokens, [p["tau"]["T=0"][set_name] for p in mine], marker="o", label=name)
+            mine = sorted((p for p in points if p["head"] == head), key=lambda p: p["tokens"])
+            if mine:
+                ax.plot([p["tokens"] for p in mine], [p["tau"]["T=0"][set_name] for p in mine],
+                        marker="o", label=name)  # fmt: skip
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("training tokens")
+        ax.set_xlabel("training tokens (one pass)")
         ax.set_title(f"{'held-out' if set_name == 'heldout' else 'out-of-domain'} prompts")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("τ (tokens per target forward, T = 0)")
@@ -137,15 +189,13 @@ def plot(points: list[dict], path: Path) -> None:
 
 def format_table(points: list[dict]) -> str:
     lines = [
-        f"{'head':7} {'data':>5} {'tokens':>9} {'steps':>6} {'passes':>6} {'train s':>8} "
-        f"{'T=0 τ held-out':>14} {'ood':>5}"
+        f"{'head':7} {'point':>5} {'tokens':>10} {'steps':>6} {'T=0 τ held-out':>14} {'ood':>5}"
     ]
-    for p in points:
+    for p in sorted(points, key=lambda p: (p["head"], p["tokens"])):
         tau = p["tau"]["T=0"]
         lines.append(
-            f"{p['head']:7} {p['fraction_label']:>5} {p['train_tokens']:9d} {p['steps']:6d} "
-            f"{p['passes']:6.2f} {p['train_seconds']:8.1f} {tau['heldout']:14.2f} "
-            f"{tau['ood']:5.2f}"
+            f"{p['head']:7} {p['point']:>4}x {p['tokens']:10d} {p['steps']:6d} "
+            f"{tau['heldout']:14.2f} {tau['ood']:5.2f}"
         )
     return "\n".join(lines)
 
@@ -155,68 +205,69 @@ def main(argv=None) -> dict:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", help="run directories (default runs/eagle3-scaling)")
+    parser.add_argument(
+        "--features", nargs="+", required=True, help="minieagle distill runs to train on"
+    )
+    parser.add_argument("--heads", default="eagle1,eagle3", help="comma-separated heads to train")
+    parser.add_argument(
+        "--points", default="1,2,4,8", help="data points, in units of --unit-tokens"
+    )
+    parser.add_argument("--unit-tokens", type=int, default=UNIT_TOKENS)
+    parser.add_argument("--decay-fraction", type=float, default=0.1,
+                        help="share of each point's steps spent decaying the rate")  # fmt: skip
     parser.add_argument("--json", help="write the results here (default OUT/scaling.json)")
     parser.add_argument("--plot", help="write the plot here (default OUT/scaling.png)")
-    parser.add_argument("--epochs", type=float, default=1.0, help="passes over each point's data")
-    parser.add_argument(
-        "--data-chars", type=int, default=0,
-        help="characters per corpus at fraction 1 (0 = the whole train split)",
-    )  # fmt: skip
     budget_flags(parser)
     parser.set_defaults(repeats=1)  # τ, the measure here, is deterministic at T = 0
     args = parser.parse_args(argv)
     apply_smoke(args, "runs/eagle3-scaling-smoke", "runs/eagle3-scaling")
     if args.smoke:
-        args.data_chars, args.epochs = SMOKE["max_train_chars"], SMOKE_EPOCHS
-    if not (math.isfinite(args.epochs) and args.epochs > 0):
-        raise InvalidInputError(f"--epochs {args.epochs} must be positive, e.g. 1")
+        args.unit_tokens = SMOKE["seq_len"] * 2 * 4  # 4 batches of the smoke's 2 windows
+    heads = [h.strip() for h in args.heads.split(",")]
+    for head in heads:
+        if head not in HEADS:
+            raise InvalidInputError(f"--heads names {head!r}; pass some of {sorted(HEADS)}")
+    points = sorted({float(p) if "." in p else int(p) for p in args.points.split(",")})
+    if not 0 < args.decay_fraction < 1:
+        raise InvalidInputError(f"--decay-fraction {args.decay_fraction} must lie in (0, 1)")
+    pool = FeaturePool(open_shards(args.features))
+    needed = max(points) * args.unit_tokens / (args.seq_len + 1)
+    if needed > len(pool):
+        raise InvalidInputError(
+            f"the point {max(points)}x needs {needed:.0f} windows; the feature runs hold "
+            f"{len(pool)}: distill more shards or pass smaller --points"
+        )
     out = Path(args.out)
     json_path = Path(args.json or out / "scaling.json")
     plot_path = Path(args.plot or out / "scaling.png")
-
     params, config, tokenizer = load_checkpoint(args.model)
-    full_chars = args.data_chars or data_chars(CORPORA)
-    points = []
-    for fraction in FRACTIONS:
-        chars = math.ceil(fraction * full_chars)
-        data = f"data{fraction.numerator}of{fraction.denominator}"
-        records, tokens = {}, {}
-        for head in HEADS:
-            label = f"{head}-{data}"
-            tokens[head] = training_tokens(tokenizer, out / label, chars)
-            steps = max(1, round(args.epochs * tokens[head] / (args.batch_size * args.seq_len)))
-            cfg = head_config(args, label, head, steps=steps, max_train_chars=chars)
-            records[label] = train_or_reuse(cfg, progress=not args.smoke)
-        bench = _bench_fraction(params, config, tokenizer, records, data, args)
-        for head, (label, record) in zip(HEADS, records.items(), strict=True):
-            seen = record["steps"] * args.batch_size * args.seq_len
-            points.append(
-                {
-                    "head": head,
-                    "fraction": float(fraction),
-                    "fraction_label": f"{fraction.numerator}/{fraction.denominator}",
-                    "max_train_chars": chars,
-                    "train_tokens": tokens[head],
-                    "tokens_seen": seen,
-                    "passes": seen / tokens[head],
-                    **record,
-                    **summarise(bench, label),
-                }
-            )
-    plot(points, plot_path)
-    shared = ("model", "epochs", "data_chars", "batch_size", "seq_len", "lr", "warmup_steps")
-    shared += ("ttt_steps", "seed", "depth", "top_k", "total_tokens", "prompts_per_kind")
-    shared += ("new_tokens", "repeats", "smoke")
-    results = {
-        "config": {name: getattr(args, name) for name in shared} | {"full_chars": full_chars},
-        "points": points,
-        "plot": str(plot_path),
-    }
-    print(format_table(points))
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(results, indent=2) + "\n")
-    print(f"results written to {json_path}, plot to {plot_path}")
-    return results
+
+    def on_point(point, record: dict) -> None:
+        label = f"{record['head']}-{point}x"
+        method, factory = head_drafter(params, config, record, args)
+        bench = _bench(params, config, tokenizer, label, factory, record, args)
+        results = _read_results(json_path)  # another head's process may have written since
+        results["points"] = [
+            p for p in results["points"] if (p["head"], p["point"]) != (record["head"], point)
+        ]
+        steps = record["steps"]
+        results["points"].append({
+            "point": point, "tokens": steps * args.batch_size * (args.seq_len + 1),
+            "steps": steps, "method": method, **record, **summarise(bench, label),
+        })  # fmt: skip
+        shared = ("model", "features", "unit_tokens", "decay_fraction", "batch_size", "seq_len",
+                  "lr", "warmup_steps", "ttt_steps", "seed", "depth", "top_k", "total_tokens",
+                  "prompts_per_kind", "new_tokens", "repeats", "smoke")  # fmt: skip
+        results["config"] = {name: getattr(args, name) for name in shared}
+        results["plot"] = str(plot_path)
+        plot(results["points"], plot_path)
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(results, indent=2) + "\n")
+        print(format_table(results["points"]), flush=True)
+
+    for head in heads:
+        train_points(args, head, points, on_point)
+    return _read_results(json_path)
 
 
 if __name__ == "__main__":

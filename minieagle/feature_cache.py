@@ -39,8 +39,9 @@ def _write_json(path: Path, record: dict) -> None:
     os.replace(tmp, path)
 
 
-def _key_name(key) -> str:
-    return f"hidden-{key}"
+def key_file_name(key) -> str:
+    """The file holding hidden-state `key` ("final" or a layer index) of every window."""
+    return f"hidden-{key}.npy"
 
 
 class FeatureCache:
@@ -54,7 +55,7 @@ class FeatureCache:
         self.streams = np.load(self.directory / "stream.npy")  # [N]
         self._members = [np.flatnonzero(self.streams == s) for s in np.unique(self.streams)]
         self.hidden = {
-            key: np.load(self.directory / f"{_key_name(key)}.npy", mmap_mode="r")
+            key: np.load(self.directory / key_file_name(key), mmap_mode="r")
             for key in self.keys
         }
 
@@ -115,7 +116,7 @@ class FeatureCache:
             np.save(directory / "stream.npy", np.asarray(streams, dtype=np.int32))
             for key in keys:
                 np.lib.format.open_memmap(
-                    directory / f"{_key_name(key)}.npy", mode="w+", dtype=np.float16,
+                    directory / key_file_name(key), mode="w+", dtype=np.float16,
                     shape=(N, width, d),
                 ).flush()  # fmt: skip
             _write_json(meta_path, meta)
@@ -123,7 +124,7 @@ class FeatureCache:
         done = json.loads(progress_path.read_text())["done"] if progress_path.exists() else 0
         if done < N:
             files = {
-                key: np.load(directory / f"{_key_name(key)}.npy", mmap_mode="r+") for key in keys
+                key: np.load(directory / key_file_name(key), mmap_mode="r+") for key in keys
             }
             bar = tqdm(total=N, initial=done, disable=not progress, desc="target features",
                        unit="window")  # fmt: skip
@@ -158,6 +159,71 @@ class FeatureCache:
             members = self._members[rng.integers(len(self._members))]  # the windows of a stream
             rows.append(members[rng.integers(len(members))])
         return np.asarray(rows)
+
+
+class FeaturePool:
+    """Many feature caches (the shards of `distill` runs, corpus windows beside the target's own
+    text) read as one: window i of the pool is window i - offset of the cache holding it.
+    `keys`: the hidden states every cache holds. `limit` > 0 keeps the first `limit` windows (a
+    data budget: the scaling experiment's points are prefixes of one pool)."""
+
+    def __init__(self, caches: list, limit: int = 0):
+        if not caches:
+            raise InvalidInputError(
+                "no complete feature shard found; run `minieagle distill` first (or wait for its "
+                "first shard)"
+            )
+        self.caches = list(caches)
+        sizes = np.asarray([len(c) for c in self.caches])
+        self.offsets = np.concatenate([[0], np.cumsum(sizes)])  # [n + 1]
+        total = int(self.offsets[-1])
+        self.size = min(total, limit) if limit > 0 else total
+        widths = {c.windows.shape[1] for c in self.caches}
+        if len(widths) != 1:
+            raise InvalidInputError(
+                f"the feature shards hold windows of {sorted(widths)} tokens; pass shards of one "
+                "window length (one seq_len)"
+            )
+        self.window_tokens = widths.pop()
+        self.keys = tuple(k for k in self.caches[0].keys if all(k in c.keys for c in self.caches))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def batch(self, indices) -> tuple[np.ndarray, dict]:
+        """(windows int64 [B, W], {key: float32 [B, W, d]}) of pool windows `indices`."""
+        indices = np.asarray(indices)
+        which = np.searchsorted(self.offsets, indices, side="right") - 1
+        windows, hidden = [], {key: [] for key in self.keys}
+        for i, cache_index in enumerate(which):
+            cache = self.caches[cache_index]
+            local = int(indices[i] - self.offsets[cache_index])
+            windows.append(np.asarray(cache.windows[local], dtype=np.int64))
+            for key in self.keys:
+                hidden[key].append(np.asarray(cache.hidden[key][local], dtype=np.float32))
+        return np.stack(windows), {key: np.stack(v) for key, v in hidden.items()}
+
+    def pass_order(self, seed: int) -> np.ndarray:
+        """A fixed random order of the pool's windows: batch k of a one-pass run reads entries
+        [k B, (k + 1) B) of it, so every window is seen once per pass."""
+        return np.random.default_rng([seed, 7]).permutation(self.size)
+
+    def sample(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
+        """Random window indices, drawn uniformly from the pool."""
+        return rng.integers(0, self.size, batch_size)
+
+    def token_counts(self, vocab_size: int) -> np.ndarray:
+        """How often each token id occurs in the pool's windows: int64 [V]."""
+        counts = np.zeros(vocab_size, dtype=np.int64)
+        remaining = self.size
+        for cache in self.caches:
+            take = min(len(cache), remaining)
+            if take <= 0:
+                break
+            counts += np.bincount(np.asarray(cache.windows[:take]).ravel(),
+                                  minlength=vocab_size)[:vocab_size]  # fmt: skip
+            remaining -= take
+        return counts
 
 
 def tile_windows(streams, seq_len: int, rng: np.random.Generator, max_windows: int = 0):

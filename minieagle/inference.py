@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from minieagle import layers, model
-from minieagle.backend import arange, array_module, contiguous, ops, zeros
+from minieagle.backend import arange, array_module, contiguous, ops, to_device, zeros
 from minieagle.config import LlamaConfig
 from minieagle.errors import InvalidInputError
 
@@ -162,11 +162,58 @@ def layer_forward(layer: PreparedLayer, config: LlamaConfig, n, residual, cos, s
     keys, values = cache.append(index, k, v)  # [1, Hkv, S, hd]
     a = attention(qk[:, :H, :], keys[0, ...], values[0, ...], bias, H // Hkv)  # [T, H hd]
     h = residual + linear(a, layer.o)  # [T, d]
+    return mlp_block(layer, config, h)
+
+
+def mlp_block(layer: PreparedLayer, config: LlamaConfig, h):
+    """The layer's second half on rows h [R, d] -> [R, d]: h + down(silu(gate(m)) * up(m)),
+    m = RMSNorm(h)."""
+    o = ops(h)
     m = rms_norm(h, layer.post_norm, config.rms_norm_eps)
-    gate_up = linear(m, layer.gate_up)  # [T, 2 I]
+    gate_up = linear(m, layer.gate_up)  # [R, 2 I]
     inter = gate_up.shape[-1] // 2
     gate, up = gate_up[:, :inter], gate_up[:, inter:]
-    return h + linear(gate / (1.0 + o.xp.exp(-gate)) * up, layer.down)  # [T, d]
+    return h + linear(gate / (1.0 + o.xp.exp(-gate)) * up, layer.down)  # [R, d]
+
+
+def batched_attention(q, keys, values, bias, groups: int):
+    """Grouped-query attention for B sequences at once. q [B, T, H, hd]; keys, values
+    [B, Hkv, S, hd]; bias [B, T, S] additive (0 or -inf), or None when every query sees every
+    key -> [B, T, H hd]."""
+    o = ops(q)
+    B, T, H, hd = q.shape
+    Hkv, S = keys.shape[1], keys.shape[2]
+    qg = o.reshape(o.permute_dims(o.reshape(q, (B, T, Hkv, groups, hd)), (0, 2, 3, 1, 4)),
+                   (B, Hkv, groups * T, hd))  # fmt: skip  # [B, T, H, hd] -> [B, Hkv, G T, hd]
+    scores = (qg @ o.permute_dims(keys, (0, 1, 3, 2))) * (1.0 / hd**0.5)  # [B, Hkv, G T, S]
+    if bias is not None:
+        scores = o.reshape(o.reshape(scores, (B, Hkv, groups, T, S)) + bias[:, None, None, :, :],
+                           (B, Hkv, groups * T, S))  # fmt: skip
+    probs = o.xp.exp(scores - o.max_last(scores))
+    probs = probs / o.sum_last(probs)  # [B, Hkv, G T, S]
+    out = o.reshape(probs @ values, (B, Hkv, groups, T, hd))
+    return o.reshape(o.permute_dims(out, (0, 3, 1, 2, 4)), (B, T, H * hd))  # [B, T, H hd]
+
+
+def batched_layer_forward(layer: PreparedLayer, config: LlamaConfig, x, cos, sin, bias,
+                          cache, index: int):  # fmt: skip
+    """`layer_forward` for B sequences decoded side by side: x [B, T, d]; cos, sin
+    [B, T, 1, hd] (each row its own positions); bias [B, T, S]; cache a batch-B KVCache ->
+    [B, T, d]. The projections run on all B T rows as one matrix product: that is where
+    decoding many sequences at once beats decoding one after another."""
+    o = ops(x)
+    B, T, d = x.shape
+    H, Hkv, hd = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    rows = o.reshape(x, (B * T, d))  # [B T, d]
+    n = rows if layer.input_norm is None else rms_norm(rows, layer.input_norm, config.rms_norm_eps)
+    qkv = o.reshape(linear(n, layer.qkv), (B, T, H + 2 * Hkv, hd))
+    qk = rotate(qkv[:, :, : H + Hkv, :], cos, sin)  # [B, T, H + Hkv, hd]
+    k = o.permute_dims(qk[:, :, H:, :], (0, 2, 1, 3))  # [B, Hkv, T, hd]
+    v = o.permute_dims(qkv[:, :, H + Hkv :, :], (0, 2, 1, 3))
+    keys, values = cache.append(index, k, v)  # [B, Hkv, S, hd]
+    a = batched_attention(qk[:, :, :H, :], keys, values, bias, H // Hkv)  # [B, T, H hd]
+    h = rows + linear(o.reshape(a, (B * T, H * hd)), layer.o)  # [B T, d]
+    return o.reshape(mlp_block(layer, config, h), (B, T, d))
 
 
 def placement(config: LlamaConfig, rope: RopeTable, new: int, past: int, position_ids,
@@ -249,6 +296,54 @@ class PreparedTarget:
         if lazy_logits:
             return LazyLogits(final, self.lm_head), hidden
         return linear(final, self.lm_head), hidden  # [T, V]
+
+
+    def forward_batch(self, input_ids, *, cache, padding=None, output_hidden=(),
+                      last_only: bool = False):  # fmt: skip
+        """B sequences side by side, the same forward as `forward` for each row.
+
+        input_ids int [B, T]; cache a batch-B KVCache the new keys and values are appended to;
+        padding int [B] (host): row b's first padding[b] cache positions are left padding, which
+        no position attends to and which positions do not count (row b's token at cache index
+        j sits at position j - padding[b]); default none. Returns (logits [B, T, V], or
+        [B, 1, V] for the last position only when last_only; hidden {key: [B, T, d]})."""
+        import numpy as np
+
+        config, embed = self.config, self.embed
+        B, T = input_ids.shape
+        past = cache.length
+        padding = np.zeros(B, dtype=np.int64) if padding is None else np.asarray(padding)
+        model.check_inputs(config, input_ids, None, past)
+        model.check_hidden_keys(config, output_hidden)
+        index = past + np.arange(T)  # cache index of each new position
+        positions = np.maximum(index[None, :] - padding[:, None], 0)  # [B, T]
+        keys = np.arange(past + T)  # [S]
+        allowed = (keys[None, None, :] <= index[None, :, None]) & (
+            keys[None, None, :] >= padding[:, None, None]
+        )  # [B, T, S]: causal, and never into the padding
+        allowed |= keys[None, None, :] == index[None, :, None]  # a padding row sees itself
+        xp = array_module(embed)
+        bias = None  # one new token per row, no padding: it sees the whole cache
+        if T > 1 or padding.any():
+            bias = mask_bias(to_device(allowed, embed), embed)  # [B, T, S]
+        cos, sin = self.rope.rows(to_device(positions.reshape(-1), embed), int(positions.max()))
+        cos = xp.reshape(cos, (B, T, 1, cos.shape[-1]))  # [B, T, 1, hd]
+        sin = xp.reshape(sin, (B, T, 1, sin.shape[-1]))
+        x = xp.reshape(xp.take(embed, xp.reshape(input_ids, (-1,)), axis=0), (B, T, -1))
+        hidden = {}
+        for i, layer in enumerate(self.layers):
+            if i in output_hidden:
+                hidden[i] = x
+            x = batched_layer_forward(layer, config, x, cos, sin, bias, cache, i)
+        if config.num_hidden_layers in output_hidden:
+            hidden[config.num_hidden_layers] = x
+        final = rms_norm(x, self.norm, config.rms_norm_eps)  # [B, T, d]
+        if "final" in output_hidden:
+            hidden["final"] = final
+        read = final[:, -1:, :] if last_only else final
+        R = read.shape[1]
+        logits = linear(xp.reshape(read, (B * R, -1)), self.lm_head)  # [B R, V]
+        return xp.reshape(logits, (B, R, -1)), hidden
 
 
 class LazyLogits:

@@ -84,6 +84,26 @@ def cosine_lr(
     return max_lr * (min_lr_ratio + (1.0 - min_lr_ratio) * cosine)
 
 
+def wsd_lr(
+    step: int, *, max_lr: float, warmup_steps: int, total_steps: int, decay_steps: int,
+    min_lr_ratio: float = 0.1,
+) -> float:
+    """Warmup-stable-decay: linear warmup from 0 to max_lr over warmup_steps, max_lr held, then
+    a linear decay to min_lr_ratio * max_lr over the last decay_steps of total_steps.
+
+    Up to total_steps - decay_steps the rate does not depend on total_steps, so one long run's
+    saved state at step s is also the state of every shorter run whose decay starts at or after
+    s: the data-scaling experiment trains its largest point once and branches each smaller point
+    off it, running only that point's decay (benchmarks/eagle3_scaling.py)."""
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    decay_start = total_steps - decay_steps
+    if step < decay_start:
+        return max_lr
+    progress = min(1.0, (step - decay_start + 1) / max(1, decay_steps))
+    return max_lr * (1.0 - (1.0 - min_lr_ratio) * progress)
+
+
 def clip_grad_norm(grads: dict, max_norm: float) -> float:
     """Scale all gradients in place so their global L2 norm is at most max_norm; return the norm
     before clipping (as a host float)."""

@@ -31,7 +31,7 @@ from minieagle import model
 from minieagle.backend import to_host
 from minieagle.checkpoint import load_checkpoint, target_fingerprint
 from minieagle.errors import InvalidInputError
-from minieagle.feature_cache import FeatureCache, tile_windows
+from minieagle.feature_cache import FeatureCache, FeaturePool, tile_windows
 from minieagle.heads import eagle3
 from minieagle.heads.eagle1 import (
     INPUTS,
@@ -43,8 +43,9 @@ from minieagle.heads.eagle1 import (
 )
 from minieagle.heads.eagle3_io import save_eagle3_head
 from minieagle.heads.medusa import MedusaRecipe
-from minieagle.optim import AdamW, AdamWConfig, clip_grad_norm, cosine_lr
+from minieagle.optim import AdamW, AdamWConfig, clip_grad_norm, cosine_lr, wsd_lr
 from minieagle.train import (
+    STATE,
     _check_shared_fields,
     _discard_states,
     _discard_unfinished_save,
@@ -65,7 +66,8 @@ from minieagle.train import (
 
 DEFAULT_TARGET = str(Path(__file__).parent / "pretrained" / "small")
 RUN_FILE = "eagle_train_config.json"
-DATA_SOURCES = ("corpus", "generated", "corpus+generated")
+DATA_SOURCES = ("corpus", "generated", "corpus+generated", "features")
+ORDERS = ("random", "pass")
 HEADS = ("eagle1", "eagle3", "medusa")
 LM_HEAD_INITS = ("random", "target")
 
@@ -115,6 +117,14 @@ class EagleTrainConfig:
     # instead of a target forward per batch: for real targets, whose forward dominates
     cache_features: bool = False
     max_windows: int = 0  # with cache_features: keep this many windows (0 = all)
+    # data="features": the runs of `minieagle distill` (corpus windows and the target's own
+    # text, its hidden states recorded as it wrote them) whose shards the head trains on; no
+    # target forward per step. max_windows > 0 keeps the first max_windows windows of them.
+    features: tuple[str, ...] = ()
+    order: str = "random"  # "random" windows per batch, or "pass": each window once per pass
+    decay_steps: int = 0  # 0: cosine schedule; > 0: warmup-stable-decay, decaying over these
+    keep_states: tuple[int, ...] = ()  # steps whose training state is kept in out_dir/kept/
+    until: int = 0  # > 0: stop at this step, saved and resumable, without exporting (a pause)
     medusa_heads: int = 4  # medusa: K heads, head k guessing x_{t+k+1} (step_weight: λ decay)
     medusa_own_lm_head: bool = True  # medusa: a trained LM head per head (the paper's), or shared
 
@@ -169,10 +179,25 @@ class EagleTrainConfig:
                 "chat_prompts shapes the generated data, and data='corpus' generates none; pass "
                 "--data generated or corpus+generated with --chat-prompts"
             )
-        if self.max_windows < 0 or (self.max_windows and not self.cache_features):
+        self.features = tuple(str(f) for f in self.features)
+        self.keep_states = tuple(int(k) for k in self.keep_states)
+        if (self.data == "features") != bool(self.features):
             raise InvalidInputError(
-                f"max_windows={self.max_windows} applies to the feature cache only; pass "
-                "--cache-features with it (0 keeps every window)"
+                f"data={self.data!r} with features={list(self.features)}: pass --data features "
+                "together with the distillation runs to read (--features DIR ...)"
+            )
+        if self.order not in ORDERS:
+            raise InvalidInputError(f"order={self.order!r} is not one of {ORDERS}")
+        if not 0 <= self.decay_steps <= self.steps:
+            raise InvalidInputError(
+                f"decay_steps={self.decay_steps} must lie in [0, steps={self.steps}] (0 = cosine)"
+            )
+        if self.max_windows < 0 or (
+            self.max_windows and not (self.cache_features or self.data == "features")
+        ):
+            raise InvalidInputError(
+                f"max_windows={self.max_windows} applies to recorded features only; pass "
+                "--cache-features or --data features with it (0 keeps every window)"
             )
         if not (math.isfinite(self.generate_temperature) and self.generate_temperature >= 0):
             raise InvalidInputError(
@@ -423,9 +448,12 @@ class Eagle3Recipe:
     def __init__(self, cfg: EagleTrainConfig, target_params, target_config, train_streams):
         self.cfg, self.target_params, self.target_config = cfg, target_params, target_config
         V = target_config.vocab_size
-        counts = np.zeros(V, dtype=np.int64)
-        for stream in train_streams:
-            counts += np.bincount(stream, minlength=V)[:V]
+        if isinstance(train_streams, FeaturePool):  # recorded windows: count their tokens
+            counts = train_streams.token_counts(V)
+        else:
+            counts = np.zeros(V, dtype=np.int64)
+            for stream in train_streams:
+                counts += np.bincount(stream, minlength=V)[:V]
         size = cfg.draft_vocab_size or draft_vocab_size_for(counts, cfg.draft_vocab_coverage)
         if size > V:
             raise InvalidInputError(
@@ -594,7 +622,18 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
     for corpus, stream in zip(cfg.corpora, train_streams, strict=True):
         _require_stream_length(stream, f"{corpus} train", cfg.seq_len)
         _require_stream_length(val_streams[corpus], f"{corpus} val", cfg.seq_len)
-    if cfg.data != "corpus":  # validation stays on the corpora: what the drafter will meet
+    pool = None
+    if cfg.data == "features":  # recorded shards; validation stays on the corpora
+        from minieagle.distill import open_shards
+
+        pool = FeaturePool(open_shards(cfg.features), cfg.max_windows)
+        if pool.window_tokens != cfg.seq_len + 1:
+            raise InvalidInputError(
+                f"the feature shards hold windows of {pool.window_tokens} tokens, not seq_len + "
+                f"1 = {cfg.seq_len + 1}; pass --seq-len {pool.window_tokens - 1}"
+            )
+        train_streams = pool
+    elif cfg.data != "corpus":  # validation stays on the corpora: what the drafter will meet
         chat = None
         name = f"generated-{cfg.generated_tokens}-T{cfg.generate_temperature}-s{cfg.seed}.npy"
         if cfg.chat_prompts:
@@ -608,6 +647,12 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
         _require_stream_length(generated, "generated", cfg.seq_len)
         train_streams = [generated] if cfg.data == "generated" else [*train_streams, generated]
     recipe = RECIPES[cfg.head](cfg, target_params, target_config, train_streams)
+    if pool is not None and not set(recipe.feature_keys) <= set(pool.keys):
+        raise InvalidInputError(
+            f"the feature shards record {list(pool.keys)}, but the {cfg.head} head needs "
+            f"{list(recipe.feature_keys)}; distill with --keys "
+            f"{','.join(map(str, recipe.feature_keys))}"
+        )
     if state_dir is not None:
         _refuse_other_head(out_dir, record, recipe)
     val_batches = {}  # the target runs once over the fixed validation windows
@@ -652,8 +697,16 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
     if step == 0:
         run_eval({"step": 0})
     t_start, steps_timed = time.perf_counter(), 0
-    while step < cfg.steps:
-        if cache is None:
+    orders = {}  # with order="pass": the pool's window order of each pass in use
+    stop = min(cfg.until, cfg.steps) if cfg.until else cfg.steps
+    while step < stop:
+        if pool is not None:
+            if cfg.order == "pass":
+                indices = _pass_indices(pool, step, cfg.batch_size, cfg.seed, orders)
+            else:
+                indices = pool.sample(cfg.batch_size, rng)
+            batch = recipe.batch_from_hidden(*pool.batch(indices))
+        elif cache is None:
             inputs, targets = sample_batch(train_streams, cfg.batch_size, cfg.seq_len, rng)
             windows = np.concatenate([inputs, targets[:, -1:]], axis=1)  # [B, L + 1]
             batch = recipe.target_batch(windows)
@@ -661,7 +714,12 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
             batch = recipe.batch_from_hidden(*cache.batch(cache.sample(cfg.batch_size, rng)))
         loss, parts, grads = recipe.loss(head, batch, rng)
         grad_norm = clip_grad_norm(grads, cfg.grad_clip)
-        lr = cosine_lr(step, max_lr=cfg.lr, warmup_steps=cfg.warmup_steps, total_steps=cfg.steps)
+        if cfg.decay_steps:
+            lr = wsd_lr(step, max_lr=cfg.lr, warmup_steps=cfg.warmup_steps,
+                        total_steps=cfg.steps, decay_steps=cfg.decay_steps)  # fmt: skip
+        else:
+            lr = cosine_lr(step, max_lr=cfg.lr, warmup_steps=cfg.warmup_steps,
+                           total_steps=cfg.steps)  # fmt: skip
         _require_finite(loss, grad_norm, step, lr, cfg.lr)
         optimizer.step(head, grads, lr)
         step += 1
@@ -674,14 +732,72 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
         log.update(**trained, s_per_step=s_per_step)
         if step % cfg.eval_every == 0 or step == cfg.steps:
             run_eval({"step": step, **trained})
-        if step % cfg.save_every == 0 or step == cfg.steps:
+        if step % cfg.save_every == 0 or step in (cfg.steps, stop) or step in cfg.keep_states:
             _save_state(out_dir, head, optimizer, step, rng.bit_generator.state, log)
+            if step in cfg.keep_states:
+                _keep_state(out_dir, step)
     bar.close()
+    if step < cfg.steps:  # paused at cfg.until: the saved state resumes it
+        return log
 
     recipe.export(export_dir, head)
     log["export_dir"] = str(export_dir)
     (out_dir / "train_log.json").write_text(json.dumps(log, indent=2))
     return log
+
+
+def _pass_indices(pool: FeaturePool, step: int, batch_size: int, seed: int, orders: dict):
+    """The pool windows of batch `step` when every pass reads each window once: entries
+    [step B, (step + 1) B) of the passes laid end to end, pass p in the order
+    `pool.pass_order(seed + p)` (kept in `orders`, the passes in use only)."""
+    positions = step * batch_size + np.arange(batch_size)
+    passes, within = positions // len(pool), positions % len(pool)
+    for p in set(passes.tolist()) - set(orders):
+        orders[p] = pool.pass_order(seed + p)
+    for p in set(orders) - set(passes.tolist()):
+        del orders[p]
+    return np.asarray([orders[p][w] for p, w in zip(passes.tolist(), within, strict=True)])
+
+
+def kept_state(out_dir, step: int) -> Path:
+    """Where a run keeps its training state of step `step` (`keep_states`)."""
+    return Path(out_dir) / "kept" / f"step-{step}"
+
+
+def _keep_state(out_dir: Path, step: int) -> None:
+    """Copy the state just saved (out_dir/state) to `kept_state(out_dir, step)`, atomically."""
+    import shutil
+
+    target = kept_state(out_dir, step)
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(out_dir / STATE, tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+
+
+def branch_from(parent_dir, step: int, out_dir) -> None:
+    """Start the run in `out_dir` from the state the run in `parent_dir` kept at `step`: with
+    the same data order and a warmup-stable-decay schedule that has not begun its decay by then,
+    that state is exactly where `out_dir`'s own run would stand at `step` (`optim.wsd_lr`)."""
+    import shutil
+
+    source = kept_state(parent_dir, step)
+    if not (source / "state.json").is_file():
+        raise InvalidInputError(
+            f"{parent_dir} kept no state at step {step} ({source} is missing); train it with "
+            f"keep_states including {step}"
+        )
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if (out_dir / STATE).exists():
+        return  # already branched (and perhaps trained further): resume it
+    tmp = out_dir / (STATE + ".branch")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(source, tmp)
+    tmp.rename(out_dir / STATE)
+    record = json.loads((Path(parent_dir) / RUN_FILE).read_text())
+    (out_dir / RUN_FILE).write_text(json.dumps(record, indent=2))
 
 
 def load_or_train_head(

@@ -1,8 +1,8 @@
-"""The EAGLE-3 experiment scripts (benchmarks/eagle3_ablation.py, benchmarks/eagle3_scaling.py)
-run end to end in --smoke mode on the shipped target: they write the JSON (and the plot) they
-promise, a second run reuses the trained heads instead of training again (and the scaling script
-its benchmarks too), changed settings on the same --out are refused, and --help shows the
-full-size command."""
+"""The EAGLE-3 experiment scripts (benchmarks/eagle3_ablation.py, benchmarks/eagle3_scaling.py,
+benchmarks/eagle3_scaling_corpus.py) run end to end in --smoke mode on the shipped target: they
+write the JSON (and the plot) they promise, a second run reuses the trained heads instead of
+training again (and the scaling scripts their benchmarks too), changed settings on the same --out
+are refused, and --help shows the full-size command."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def scripts(monkeypatch):
     the trainer's and the benchmark's calls made through them."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     ablation = importlib.import_module("eagle3_ablation")
-    scaling = importlib.import_module("eagle3_scaling")
+    scaling = importlib.import_module("eagle3_scaling_corpus")
     calls = {"train": 0, "bench": 0}
     real_train, real_bench = ablation.train_eagle_head, ablation.compare_methods
 
@@ -124,11 +124,66 @@ def test_the_scaling_script_trains_eight_heads_once_and_plots(scripts, tmp_path)
     assert recorded["lm_head_init"] == "target" and recorded["head"] == "eagle3"
 
 
+def test_the_scaling_script_branches_each_point_off_one_run_and_plots(scripts, tmp_path):
+    """benchmarks/eagle3_scaling.py on recorded features: the largest point's run pauses at
+    each smaller point's decay, which branches off and decays; every point is benched as it
+    finishes, a second run reuses everything."""
+    from minieagle.distill import DistillConfig, run_distill
+
+    ablation, _, calls = scripts
+    scaling = importlib.import_module("eagle3_scaling")
+    trained_calls = {"train": 0}
+    real_train = scaling.train_eagle_head
+
+    def train(*args, **kwargs):
+        trained_calls["train"] += 1
+        return real_train(*args, **kwargs)
+
+    scaling.train_eagle_head = train
+    try:
+        features = []
+        for name, source in (("corpus", "corpus-windows"), ("self", "corpus")):
+            run_distill(DistillConfig(
+                target=str(BENCHMARKS.parent / "minieagle" / "pretrained" / "small"),
+                out_dir=str(tmp_path / name), source=source, shards=2, shard_windows=32,
+                window_tokens=17, prompt_tokens=4, keys=(2, 6, 9, "final"),
+                max_train_chars=16_000,
+            ), progress=False)  # fmt: skip
+            features.append(str(tmp_path / name))
+        argv = ["--smoke", "--features", *features, "--out", str(tmp_path / "runs")]
+        argv += ["--json", str(tmp_path / "s.json"), "--plot", str(tmp_path / "s.png")]
+        scaling.main(argv)
+        # per head: 3 pauses of the 8x run + 3 branches + the 8x run's end
+        assert trained_calls["train"] == 14 and calls["bench"] == 16
+        saved = json.loads((tmp_path / "s.json").read_text())
+        assert (tmp_path / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        points = saved["points"]
+        assert [(p["head"], p["point"]) for p in points] == [
+            (head, point) for head in ("eagle1", "eagle3") for point in (1, 2, 4, 8)
+        ]
+        for p in points:
+            assert p["tau"]["T=0"]["heldout"] >= 1 and p["tau"]["T=0"]["ood"] >= 1
+            assert p["tokens"] == p["steps"] * 2 * 17  # the smoke batch and window
+        steps = [p["steps"] for p in points if p["head"] == "eagle3"]
+        assert steps == [4, 8, 15, 30]  # one pass over 1, 2, 4, 8 x 128 tokens
+        heads = _head_files(tmp_path / "runs")
+        assert len(heads) == 8
+        scaling.main(argv)  # everything reused: nothing trained or benched again
+        assert trained_calls["train"] == 14 and calls["bench"] == 16
+        assert _head_files(tmp_path / "runs") == heads
+    finally:
+        scaling.train_eagle_head = real_train
+
+
 @pytest.mark.parametrize(
     ("module", "command"),
     [
         ("eagle3_ablation", "python benchmarks/eagle3_ablation.py --out runs/eagle3-ablation"),
-        ("eagle3_scaling", "python benchmarks/eagle3_scaling.py --out runs/eagle3-scaling"),
+        (
+            "eagle3_scaling_corpus",
+            "python benchmarks/eagle3_scaling_corpus.py --out runs/eagle3-scaling",
+        ),
+        ("eagle3_scaling", "python benchmarks/eagle3_scaling.py --model $R/targets/small"),
     ],
 )
 def test_help_shows_the_full_size_command(scripts, capsys, module, command):

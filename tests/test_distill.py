@@ -1,0 +1,269 @@
+"""Self-distillation (minieagle/distill.py): the batched forward equals one sequence at a time,
+the batched sampler writes what the target would write and records its true features, runs are
+deterministic, resumable and refuse other settings; heads train from the shards, and a run
+branched off a longer warmup-stable-decay run equals its own run from scratch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from minieagle import inference, model
+from minieagle.checkpoint import load_checkpoint
+from minieagle.distill import (
+    DistillConfig,
+    decode_batch,
+    open_shards,
+    run_distill,
+    sample_rows,
+    shard_dir,
+)
+from minieagle.errors import InvalidInputError
+from minieagle.feature_cache import FeaturePool
+from minieagle.generate import generate
+from minieagle.kvcache import KVCache
+from minieagle.optim import wsd_lr
+from minieagle.sampling import SamplingParams
+from minieagle.train_eagle import EagleTrainConfig, branch_from, train_eagle_head
+
+SMALL = Path(__file__).resolve().parents[1] / "minieagle" / "pretrained" / "small"
+KEYS = (2, 6, 9, "final")
+
+
+@pytest.fixture(scope="module")
+def small64():
+    return load_checkpoint(SMALL, dtype=np.float64)
+
+
+def test_the_batched_forward_equals_each_sequence_alone(small64):
+    params, config, _ = small64
+    target = inference.prepare(params, config)
+    rng = np.random.default_rng(0)
+    lengths = [5, 9, 1, 7]
+    prompts = [rng.integers(0, config.vocab_size, n) for n in lengths]
+    P = max(lengths)
+    padding = np.asarray([P - n for n in lengths])
+    ids = np.stack([np.concatenate([np.zeros(P - len(p), int), p]) for p in prompts])  # left pad
+    cache = KVCache.for_model(config, params, batch=len(lengths), capacity=32)
+    logits, hidden = target.forward_batch(ids, cache=cache, padding=padding, output_hidden=KEYS)
+    step = rng.integers(0, config.vocab_size, (len(lengths), 1))
+    logits2, hidden2 = target.forward_batch(step, cache=cache, padding=padding, output_hidden=KEYS)
+    for b, prompt in enumerate(prompts):
+        alone = KVCache.for_model(config, params, capacity=32)
+        full = np.concatenate([prompt, step[b]])
+        want, want_hidden = target.forward(full, cache=alone, output_hidden=KEYS)
+        np.testing.assert_allclose(logits[b, padding[b] :], want[:-1], atol=1e-10)
+        np.testing.assert_allclose(logits2[b, 0], want[-1], atol=1e-10)
+        for key in KEYS:
+            np.testing.assert_allclose(hidden2[key][b, 0], want_hidden[key][-1], atol=1e-10)
+
+
+def test_greedy_batched_decoding_writes_what_vanilla_decoding_writes(small64):
+    """At T = 0 every row of the batch continues its prompt exactly as `generate` does alone
+    (float64), and the recorded features are the target's features of the written window."""
+    params, config, _ = small64
+    target = inference.prepare(params, config)
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(3, config.vocab_size, n).tolist() for n in (4, 6, 3)]
+    windows, hidden, sampled = decode_batch(target, prompts, 14, KEYS, 0.0, rng)
+    assert windows.shape == (3, 14) and sampled == 3 * 14 - 13
+    for b, prompt in enumerate(prompts):
+        vanilla = generate(params, config, prompt, max_new_tokens=14 - len(prompt),
+                           sampling=SamplingParams(), stop_at_eos=False)  # fmt: skip
+        assert windows[b].tolist() == prompt + vanilla.tokens
+    _, truth, _ = model.forward(params, config, windows.astype(np.int64), output_hidden=KEYS)
+    for key in KEYS:  # float16 storage: three significant digits
+        np.testing.assert_allclose(hidden[key], truth[key], rtol=2e-3, atol=2e-3)
+
+
+def test_the_row_sampler_draws_from_the_tempered_softmax():
+    rng = np.random.default_rng(0)
+    logits = np.log(np.asarray([[0.5, 0.3, 0.2, 0.0 + 1e-300]]))
+    logits = np.repeat(logits, 40_000, axis=0)
+    draws = sample_rows(logits, 1.0, rng)
+    freq = np.bincount(draws, minlength=4) / len(draws)
+    assert np.abs(freq - [0.5, 0.3, 0.2, 0.0]).sum() / 2 < 0.01
+    hot = np.bincount(sample_rows(logits, 2.0, rng), minlength=4) / len(draws)
+    want = np.sqrt([0.5, 0.3, 0.2, 0.0]) / np.sqrt([0.5, 0.3, 0.2]).sum()
+    assert np.abs(hot - want).sum() / 2 < 0.01
+    assert (sample_rows(logits[:3], 0.0, rng) == 0).all()
+
+
+def test_the_sampler_check_catches_a_sampler_that_ignores_temperature():
+    """The check above can fail: a sampler that forgets the temperature misses the law."""
+    rng = np.random.default_rng(0)
+    logits = np.repeat(np.log([[0.5, 0.3, 0.2]]), 40_000, axis=0)
+    wrong = np.bincount(sample_rows(logits, 1.0, rng), minlength=3) / 40_000  # T = 2 wanted
+    want = np.sqrt([0.5, 0.3, 0.2]) / np.sqrt([0.5, 0.3, 0.2]).sum()
+    assert np.abs(wrong - want).sum() / 2 > 0.03
+
+
+def _cfg(tmp_path, name="run", **fields) -> DistillConfig:
+    base = dict(target=str(SMALL), out_dir=str(tmp_path / name), shards=3, shard_windows=6,
+                window_tokens=17, prompt_tokens=4, keys=KEYS, batch_size=4,
+                max_train_chars=20_000)  # fmt: skip
+    return DistillConfig(**{**base, **fields})
+
+
+def _shard_bytes(directory: Path) -> dict:
+    return {
+        p.relative_to(directory).as_posix(): p.read_bytes()
+        for p in sorted(directory.rglob("*.npy"))
+        if p.parent.name.startswith("shard-")
+    }
+
+
+def test_a_run_resumed_shard_by_shard_equals_one_run(tmp_path):
+    once = run_distill(_cfg(tmp_path, "once"), progress=False)
+    assert once["shards_written"] == 3 and once["tokens_sampled"] == 3 * 6 * (17 - 4)
+    run_distill(_cfg(tmp_path, "steps", shards=1), progress=False)
+    # a shard killed while being written leaves only its .tmp directory: it is redone
+    (tmp_path / "steps" / "shard-00001.tmp").mkdir()
+    again = run_distill(_cfg(tmp_path, "steps"), progress=False)
+    assert again["shards_written"] == 2
+    assert _shard_bytes(tmp_path / "once") == _shard_bytes(tmp_path / "steps")
+    record = json.loads((tmp_path / "once" / "distill.json").read_text())
+    assert record["temperature"] == 1.0 and record["source"] == "corpus"
+    assert len(record["target_fingerprint"]) == 16 and "prompt_source" in record
+    meta = json.loads((shard_dir(tmp_path / "once", 0) / "meta.json").read_text())
+    assert meta["windows"] == 6 and meta["keys"] == [2, 6, 9, "final"]
+
+
+def test_another_seed_writes_other_text(tmp_path):
+    run_distill(_cfg(tmp_path, "a", shards=1), progress=False)
+    run_distill(_cfg(tmp_path, "b", shards=1, seed=1), progress=False)
+    a = np.load(shard_dir(tmp_path / "a", 0) / "windows.npy")
+    b = np.load(shard_dir(tmp_path / "b", 0) / "windows.npy")
+    assert not np.array_equal(a, b)
+
+
+def test_a_run_with_other_settings_is_refused(tmp_path):
+    run_distill(_cfg(tmp_path, shards=1), progress=False)
+    with pytest.raises(InvalidInputError, match="temperature"):
+        run_distill(_cfg(tmp_path, shards=2, temperature=0.5), progress=False)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [("source", "web", "source"), ("shards", 0, "shards"), ("temperature", -1.0, "temperature"),
+     ("prompt_tokens", 17, "prompt_tokens"), ("keys", (), "keys")],
+)  # fmt: skip
+def test_bad_settings_name_the_value(tmp_path, field, value, match):
+    with pytest.raises(InvalidInputError, match=match):
+        _cfg(tmp_path, **{field: value})
+
+
+def test_chat_prompts_are_rendered_with_the_template(tmp_path):
+    """An instruct target's requests go through its chat template: every window starts with
+    the template's user turn (the small target has no template of its own: a file of plain text
+    stands in)."""
+    template = tmp_path / "chat.jinja"
+    template.write_text("{% for m in messages %}USER: {{ m['content'] }}\nASSISTANT:{% endfor %}")
+    cfg = _cfg(tmp_path, source="chat", window_tokens=160, shards=1, shard_windows=2,
+               keys=("final",), chat_template=str(template))  # fmt: skip
+    run_distill(cfg, progress=False)
+    _, _, tokenizer = load_checkpoint(SMALL)
+    windows = np.load(shard_dir(cfg.out_dir, 0) / "windows.npy")
+    for row in windows:
+        assert tokenizer.decode(row.tolist()).startswith("USER: ")
+
+
+def test_the_pool_reads_windows_across_shards_and_runs(tmp_path):
+    run_distill(_cfg(tmp_path, "a", shards=2), progress=False)
+    run_distill(_cfg(tmp_path, "b", source="corpus-windows", shards=2), progress=False)
+    pool = FeaturePool(open_shards([tmp_path / "a", tmp_path / "b"]))
+    assert len(pool) == 24 and pool.keys == KEYS and pool.window_tokens == 17
+    windows, hidden = pool.batch([0, 7, 13, 23])
+    shard = np.load(shard_dir(tmp_path / "b", 1) / "windows.npy")
+    assert windows[3].tolist() == shard[5].tolist()
+    final = np.load(shard_dir(tmp_path / "a", 1) / "hidden-final.npy")
+    np.testing.assert_array_equal(hidden["final"][1], final[1].astype(np.float32))
+    order = pool.pass_order(0)
+    assert sorted(order.tolist()) == list(range(24))
+    assert len(FeaturePool(open_shards([tmp_path / "a"]), limit=5)) == 5
+    with pytest.raises(InvalidInputError, match="not a distillation run"):
+        open_shards([tmp_path])
+
+
+def test_wsd_holds_the_rate_until_the_decay():
+    rates = [wsd_lr(s, max_lr=1.0, warmup_steps=2, total_steps=10, decay_steps=4)
+             for s in range(10)]  # fmt: skip
+    assert rates[:2] == [0.5, 1.0] and rates[2:6] == [1.0] * 4
+    assert rates[6] < 1.0 and rates[-1] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(rates[1:], rates[2:], strict=False))
+    longer = [wsd_lr(s, max_lr=1.0, warmup_steps=2, total_steps=20, decay_steps=8)
+              for s in range(6)]  # fmt: skip
+    assert longer == rates[:6]  # the same rate up to the shorter run's decay
+
+
+@pytest.fixture(scope="module")
+def feature_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("features")
+    for name, source in (("corpus", "corpus-windows"), ("self", "corpus")):
+        run_distill(_cfg(root, name, source=source, shards=2, shard_windows=8), progress=False)
+    return root
+
+
+def _head_cfg(out, features, **fields) -> EagleTrainConfig:
+    base = dict(target=str(SMALL), out_dir=str(out), export_dir=str(Path(out) / "final"),
+                head="eagle3", data="features", features=features, order="pass", steps=12,
+                decay_steps=3, batch_size=2, seq_len=16, ttt_steps=2, warmup_steps=2,
+                eval_every=100, eval_batches=1, save_every=5, max_train_chars=20_000,
+                lm_head_init="target")  # fmt: skip
+    return EagleTrainConfig(**{**base, **fields})
+
+
+@pytest.mark.parametrize("head", ["eagle1", "eagle3"])
+def test_a_branch_of_a_longer_run_equals_its_own_run(tmp_path, feature_runs, head):
+    """The scaling experiment's shortcut is exact: the state a 12-step warmup-stable-decay run
+    keeps at step 9 (where a 12-step run with 3 decay steps starts decaying), continued with that
+    run's settings, ends with the same head as the 12-step run trained from scratch."""
+    features = (str(feature_runs / "corpus"), str(feature_runs / "self"))
+    init = "target" if head == "eagle3" else "random"
+    own = _head_cfg(tmp_path / "own", features, head=head, steps=12, decay_steps=3,
+                    lm_head_init=init)  # fmt: skip
+    train_eagle_head(own, progress=False)
+    long = _head_cfg(tmp_path / "long", features, head=head, steps=24, decay_steps=6,
+                     keep_states=(9,), until=9, lm_head_init=init)  # fmt: skip
+    log = train_eagle_head(long, progress=False)
+    assert not (tmp_path / "long" / "final").exists()  # paused: not exported
+    assert log["evals"][-1]["step"] == 0
+    branch_from(long.out_dir, 9, tmp_path / "branch")
+    branch = _head_cfg(tmp_path / "branch", features, head=head, steps=12, decay_steps=3,
+                       lm_head_init=init)  # fmt: skip
+    train_eagle_head(branch, progress=False)
+    a = (tmp_path / "own" / "final" / "model.safetensors").read_bytes()
+    b = (tmp_path / "branch" / "final" / "model.safetensors").read_bytes()
+    assert a == b
+
+
+def test_a_branch_check_catches_a_changed_schedule(tmp_path, feature_runs):
+    """The equality above is no accident of the check: branching where the longer run had
+    already begun its decay gives another head."""
+    features = (str(feature_runs / "corpus"), str(feature_runs / "self"))
+    own = _head_cfg(tmp_path / "own", features, steps=12, decay_steps=3)
+    train_eagle_head(own, progress=False)
+    long = _head_cfg(tmp_path / "long", features, steps=14, decay_steps=7, keep_states=(9,),
+                     until=9)  # fmt: skip
+    train_eagle_head(long, progress=False)
+    branch_from(long.out_dir, 9, tmp_path / "branch")
+    train_eagle_head(_head_cfg(tmp_path / "branch", features, steps=12, decay_steps=3),
+                     progress=False)  # fmt: skip
+    a = (tmp_path / "own" / "final" / "model.safetensors").read_bytes()
+    b = (tmp_path / "branch" / "final" / "model.safetensors").read_bytes()
+    assert a != b
+
+
+def test_features_of_another_window_length_or_keys_are_refused(tmp_path, feature_runs):
+    features = (str(feature_runs / "corpus"),)
+    with pytest.raises(InvalidInputError, match="--seq-len 16"):
+        train_eagle_head(_head_cfg(tmp_path / "a", features, seq_len=32), progress=False)
+    run_distill(_cfg(tmp_path, "final-only", keys=("final",), shards=1), progress=False)
+    with pytest.raises(InvalidInputError, match="--keys 2,6,9,final"):
+        train_eagle_head(_head_cfg(tmp_path / "b", (str(tmp_path / "final-only"),)),
+                         progress=False)  # fmt: skip
+    with pytest.raises(InvalidInputError, match="--data features"):
+        EagleTrainConfig(data="features")
