@@ -443,37 +443,3 @@ def open_shards(directories) -> list[FeatureCache]:
             caches.append(FeatureCache(shard, json.loads((shard / "meta.json").read_text())))
     return caches
 
-
-def main(argv=None) -> int:
-    """`python -m minieagle.distill`: the same run as `minieagle distill` (docs/distill.md)."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m minieagle.distill", description=__doc__)
-    parser.add_argument("--target", required=True, help="the target's checkpoint directory")
-    parser.add_argument("--out-dir", required=True, help="the run directory (resumed if present)")
-    parser.add_argument("--source", default="corpus", choices=SOURCES)
-    parser.add_argument("--shards", type=int, default=8)
-    parser.add_argument("--shard-windows", type=int, default=256)
-    parser.add_argument("--window-tokens", type=int, default=129)
-    parser.add_argument("--prompt-tokens", type=int, default=16)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument(
-        "--keys", default="final", help="comma-separated hidden states: 'final' and layer indices"
-    )
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--chat-template", default="", help="with --source chat: a template file")
-    args = parser.parse_args(argv)
-    keys = tuple(int(k) if k.strip().isdigit() else k.strip() for k in args.keys.split(","))
-    cfg = DistillConfig(
-        target=args.target, out_dir=args.out_dir, source=args.source, shards=args.shards,
-        shard_windows=args.shard_windows, window_tokens=args.window_tokens,
-        prompt_tokens=args.prompt_tokens, temperature=args.temperature, keys=keys,
-        batch_size=args.batch_size, seed=args.seed, chat_template=args.chat_template,
-    )  # fmt: skip
-    print(json.dumps(run_distill(cfg)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -267,3 +267,25 @@ def test_features_of_another_window_length_or_keys_are_refused(tmp_path, feature
                          progress=False)  # fmt: skip
     with pytest.raises(InvalidInputError, match="--data features"):
         EagleTrainConfig(data="features")
+
+
+def test_the_command_line_distills_and_trains_from_the_shards(tmp_path, capsys):
+    from minieagle.cli import main
+
+    out = tmp_path / "self"
+    argv = ["distill", "--out-dir", str(out), "--shards", "2", "--shard-windows", "4"]
+    argv += ["--window-tokens", "17", "--prompt-tokens", "4", "--keys", "final", "--quiet"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["shards_written"] == 2
+    assert main(argv) == 0  # resumed: nothing left to write
+    assert json.loads(capsys.readouterr().out)["shards_written"] == 0
+    assert main([*argv[:-1], "--temperature", "0.5"]) == 2
+    assert "temperature" in capsys.readouterr().err
+    assert main(["distill", "--out-dir", str(out), "--keys", "final,99", "--quiet"]) == 2
+    assert "99" in capsys.readouterr().err
+    train = ["train", "eagle1", "--data", "features", "--features", str(out), "--seq-len", "16"]
+    train += ["--steps", "3", "--batch-size", "2", "--order", "pass", "--decay-steps", "1"]
+    train += ["--out-dir", str(tmp_path / "head"), "--eval-batches", "1", "--quiet"]
+    train += ["--max-train-chars", "20000", "--warmup-steps", "1"]
+    assert main(train) == 0
+    assert (tmp_path / "head" / "final" / "model.safetensors").is_file()

@@ -1,4 +1,5 @@
-"""The `minieagle` command: demo, generate, chat, train, bench, import, export, assignment.
+"""The `minieagle` command: demo, generate, chat, train, distill, bench, import, export,
+assignment.
 
 One module per command (`minieagle.cli.generate` holds generate and chat, `export_import` both
 directions); `flags` holds what several commands share (default paths, flag types and groups),
@@ -39,7 +40,7 @@ __all__ = [
 
 def build_parser() -> argparse.ArgumentParser:
     """The `minieagle` parser: one subparser per command, added by the command's module."""
-    from minieagle.cli import assignment, bench, demo, export_import, generate, train
+    from minieagle.cli import assignment, bench, demo, distill, export_import, generate, train
 
     parser = argparse.ArgumentParser(
         prog="minieagle",
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_parsers(sub)  # generate, chat
     demo.add_parser(sub)
     train.add_parser(sub)
+    distill.add_parser(sub)
     bench.add_parser(sub)
     export_import.add_parsers(sub)  # export, import
     assignment.add_parser(sub)

@@ -70,6 +70,7 @@ def _train_eagle_head(args) -> int:
     names += ("export_dir", "export_dtype", "max_train_chars", "data", "generated_tokens")
     names += ("ttt_steps", "draft_vocab_size", "aux_layers", "lm_head_init")
     names += ("chat_prompts", "prompt_tokens", "cache_features", "max_windows", "medusa_heads")
+    names += ("features", "order", "decay_steps", "until")
     fields = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.medusa_lm_head is not None:
         fields["medusa_own_lm_head"] = args.medusa_lm_head == "own"
@@ -113,9 +114,33 @@ def add_parser(sub) -> None:
     )
     p.add_argument(
         "--data",
-        choices=["corpus", "generated", "corpus+generated"],
+        choices=["corpus", "generated", "corpus+generated", "features"],
         help="eagle1/eagle3: train on the corpora (default), on continuations the target "
-        "writes, or on both",
+        "writes, on both, or on the recorded shards of `minieagle distill` runs (--features)",
+    )
+    p.add_argument(
+        "--features",
+        nargs="+",
+        metavar="DIR",
+        help="--data features: the distill runs to train on (corpus windows and the target's "
+        "own text; their window length must be --seq-len + 1)",
+    )
+    p.add_argument(
+        "--order",
+        choices=["random", "pass"],
+        help="--data features: random windows per batch (default), or pass: every window once "
+        "per pass, in a fixed order",
+    )
+    p.add_argument(
+        "--decay-steps",
+        dest="decay_steps",
+        type=integer(0, "a step count such as 500, or 0 for the cosine schedule"),
+        help="warmup-stable-decay: hold the rate, then decay it over the last N steps (0: cosine)",
+    )
+    p.add_argument(
+        "--until",
+        type=integer(0, "a step count"),
+        help="stop at this step, saved and resumable, without exporting (0: run to the end)",
     )
     p.add_argument(
         "--generated-tokens",
@@ -149,7 +174,7 @@ def add_parser(sub) -> None:
         "--max-windows",
         dest="max_windows",
         type=integer(0, "a count such as 2000, or 0 for all"),
-        help="--cache-features: keep this many training windows (0 = all)",
+        help="--cache-features or --data features: keep this many training windows (0 = all)",
     )
     p.add_argument(
         "--ttt-steps",
