@@ -15,14 +15,23 @@ Message contents are not trusted: a user who types `<|im_end|>` gets those chara
 end-of-turn token. `encode_chat` hides special-token strings inside the messages behind
 placeholders while rendering, then turns only the special tokens the template itself wrote into
 ids (what transformers' opt-in `sanitize_special_tokens` does).
+
+Templates are not trusted either. Whatever goes wrong while one renders (a Python error, the
+sandbox's refusals, runaway recursion) becomes an InvalidInputError naming the template's line,
+and rendering is bounded: RENDER_SECONDS of template code, RENDER_CHARACTERS of text, and no
+`*` or `**` whose result would be larger than that text.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import secrets
+import sys
+import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from datetime import datetime
 from functools import cache
 from pathlib import Path
@@ -31,6 +40,11 @@ from minieagle.errors import InvalidInputError, MissingFileError
 from minieagle.hf_tokenizer import CHAT_TEMPLATE_FILE, HF_CONFIG_FILE, HFTokenizer
 
 _ROLES = ("bos", "eos", "pad", "unk")
+# How long a template may run and how much text it may write. A real chat template renders a
+# conversation in milliseconds; a prompt longer than a million characters fits no model here.
+RENDER_SECONDS = 10.0
+RENDER_CHARACTERS = 1_000_000
+_TEMPLATE_FILE = "<template>"  # the file name Jinja gives code compiled from a string
 
 
 def load_chat_template(directory, tokenizer, template_file=None) -> str:
@@ -68,11 +82,50 @@ def special_token_names(tokenizer) -> dict[str, str]:
     return names
 
 
+class _RenderLimit(Exception):
+    """A template ran past RENDER_SECONDS or would write more than RENDER_CHARACTERS."""
+
+
+class _Refusal(Exception):
+    """A template's `raise_exception(message)`, raised inside the template."""
+
+
+class ConversationRefusedError(InvalidInputError):
+    """The template refused this conversation (its `raise_exception`): a conversation of
+    another shape may render."""
+
+
+def _too_large(operator: str, left, right) -> bool:
+    """Whether `left operator right` ("*" or "**") would make a value larger than the text a
+    template may write: a string or list repeated past RENDER_CHARACTERS, an integer power of
+    more digits. Checked before Python computes it: neither can be interrupted once started."""
+    if operator == "*" and isinstance(right, (str, list, tuple)):
+        left, right = right, left
+    if operator == "*" and isinstance(left, (str, list, tuple)) and isinstance(right, int):
+        return len(left) * right > RENDER_CHARACTERS
+    if operator == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1:
+        return right * math.log10(abs(left)) > RENDER_CHARACTERS
+    return False
+
+
 @cache
 def _environment():
     import jinja2
     import jinja2.ext
     from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class BoundedSandbox(ImmutableSandboxedEnvironment):
+        """transformers' sandbox, with `*` and `**` refused when they would make a value
+        larger than RENDER_CHARACTERS (`_too_large`)."""
+
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context, operator, left, right):
+            if _too_large(operator, left, right):
+                raise _RenderLimit(
+                    f"`{operator}` would make a value of more than {RENDER_CHARACTERS:,} characters"
+                )
+            return super().call_binop(context, operator, left, right)
 
     class GenerationBlock(jinja2.ext.Extension):
         """`{% generation %}...{% endgeneration %}`: transformers marks the assistant's part of
@@ -90,7 +143,7 @@ def _environment():
             return caller()
 
     def raise_exception(message):
-        raise jinja2.exceptions.TemplateError(message)
+        raise _Refusal(message)
 
     def tojson(value, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
         return json.dumps(
@@ -98,7 +151,7 @@ def _environment():
             sort_keys=sort_keys,
         )  # fmt: skip
 
-    env = ImmutableSandboxedEnvironment(
+    env = BoundedSandbox(
         trim_blocks=True, lstrip_blocks=True, extensions=[GenerationBlock, jinja2.ext.loopcontrols]
     )
     env.filters["tojson"] = tojson
@@ -116,7 +169,12 @@ def _compiled(template: str):
     except jinja2.TemplateSyntaxError as error:
         raise InvalidInputError(
             f"the chat template does not parse: {error.message} (line {error.lineno}); fix the "
-            "template or pass another with --template"
+            "template or pass another with --template FILE"
+        ) from None
+    except (RecursionError, MemoryError) as error:  # nesting deeper than Python can compile
+        raise InvalidInputError(
+            f"the chat template cannot be compiled ({type(error).__name__}: its blocks nest "
+            "too deeply); fix the template or pass another with --template FILE"
         ) from None
 
 
@@ -126,20 +184,93 @@ def render_chat(
     """The text of `messages` ([{"role": ..., "content": ...}, ...]) under the Jinja chat
     `template`, rendered as transformers renders it (module docstring). `variables` are passed
     to the template too: the special-token names (`special_token_names`), or anything a
-    template reads (`tools`, `documents`). A template that refuses the conversation
-    (`raise_exception`) or fails raises InvalidInputError with its message."""
-    import jinja2
+    template reads (`tools`, `documents`).
 
+    Raises InvalidInputError with the template's own words when it refuses the conversation
+    (`raise_exception`), and naming the template's line for anything else it does: a Python
+    error (`{{ 1/0 }}`), a step the sandbox forbids, recursion without end, more than
+    RENDER_SECONDS of running or RENDER_CHARACTERS of text."""
+    import jinja2.sandbox
+
+    compiled = _compiled(template)  # a syntax error is explained there
     context = {"tools": None, "documents": None, **variables}
     try:
-        return _compiled(template).render(
-            messages=messages, add_generation_prompt=add_generation_prompt, **context
-        )
-    except jinja2.TemplateError as error:
-        raise InvalidInputError(
+        with _time_limit(RENDER_SECONDS):
+            pieces = compiled.generate(
+                messages=messages, add_generation_prompt=add_generation_prompt, **context
+            )
+            return _joined_within_limit(pieces)
+    except _Refusal as error:
+        raise ConversationRefusedError(
             f"the chat template refused this conversation: {error}; check the roles and their "
             "order (many templates want user and assistant turns to alternate)"
         ) from None
+    except Exception as error:  # the template is input: whatever it raises is its fault
+        where = _template_line(error, template)
+        if isinstance(error, _RenderLimit):
+            what = f"stopped {where}: {error}"
+        elif isinstance(error, jinja2.sandbox.SecurityError):
+            what = (
+                f"was refused by the sandbox {where}: {error} (a template may read its "
+                "inputs, not change them or reach Python internals)"
+            )
+        elif isinstance(error, RecursionError):
+            what = f"recurses without end {where} (a macro that calls itself?)"
+        else:
+            what = f"fails {where}: {type(error).__name__}: {error}"
+        raise InvalidInputError(
+            f"the chat template {what}; fix the template, or pass another with --template FILE"
+        ) from None
+
+
+@contextmanager
+def _time_limit(seconds: float):
+    """Raise _RenderLimit inside template code (Jinja's compiled template functions) once it
+    has run `seconds`: a trace function on this thread checks the clock at every template line
+    and loop step, where a runaway loop spends its time."""
+    deadline = time.monotonic() + seconds
+
+    def on_template_line(frame, event, arg):
+        if time.monotonic() > deadline:
+            raise _RenderLimit(f"the render ran past its limit of {seconds:g} s")
+        return on_template_line
+
+    def on_call(frame, event, arg):
+        return on_template_line if frame.f_code.co_filename == _TEMPLATE_FILE else None
+
+    previous = sys.gettrace()
+    sys.settrace(on_call)
+    try:
+        yield
+    finally:
+        sys.settrace(previous)
+
+
+def _joined_within_limit(pieces) -> str:
+    """The rendered pieces joined, or _RenderLimit once they pass RENDER_CHARACTERS."""
+    text, size = [], 0
+    for piece in pieces:
+        size += len(piece)
+        if size > RENDER_CHARACTERS:
+            raise _RenderLimit(f"it wrote more than {RENDER_CHARACTERS:,} characters")
+        text.append(piece)
+    return "".join(text)
+
+
+def _template_line(error: BaseException, template: str) -> str:
+    """Where in the template `error` happened, as "at line N (`text of line N`)": the innermost
+    template frame of its traceback (Jinja maps those frames to template lines), or "" when
+    none is there."""
+    line, tb = None, error.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == _TEMPLATE_FILE:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    lines = template.splitlines()
+    if line is None or not 1 <= line <= len(lines):
+        return "while rendering"
+    text = lines[line - 1].strip()
+    return f"at line {line} (`{text[:60]}{'...' if len(text) > 60 else ''}`)"
 
 
 def _hide_specials(value, pattern: re.Pattern, hidden: dict[str, str]):
@@ -216,7 +347,7 @@ def end_of_turn_ids(tokenizer, template: str, eos_token_id: int | None = None) -
         text = render_chat(
             template, conversation, add_generation_prompt=False, **special_token_names(tokenizer)
         )
-    except InvalidInputError:
+    except ConversationRefusedError:
         return stop  # the template wants another conversation shape; EOS alone ends a turn
     after = text[text.find(marker) + len(marker) :] if marker in text else ""
     for content, token_id in tokenizer.special_tokens.items():

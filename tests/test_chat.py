@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 from pathlib import Path
 
 import jinja2
@@ -124,6 +125,53 @@ def test_the_sandbox_is_immutable():
         render_chat("{{ messages.append(1) }}", [])
     with pytest.raises(InvalidInputError, match="refused"):
         render_chat("{{ ''.__class__.__mro__[1].__subclasses__() }}", [])
+
+
+# Templates that fail while rendering, each with what the error must say: its line and cause.
+FAILING_TEMPLATES = {
+    "{{ 1/0 }}": r"fails at line 1 \(`\{\{ 1/0 \}\}`\): ZeroDivisionError",
+    "{{ 1 + 'a' }}": r"fails at line 1 .*TypeError: unsupported operand",
+    "hi\n{{ messages[0]['content'].split('') }}": r"fails at line 2 .*ValueError: empty sep",
+    "{% macro f() %}{{ f() }}{% endmacro %}\n{{ f() }}": r"recurses without end at line 1",
+    "{% for i in range(1000000) %}{% endfor %}": r"fails at line 1 .*OverflowError: Range too big",
+    "{{ messages.nothing.here }}": r"fails at line 1 .*UndefinedError",
+    "{{ 'x' * 10**9 }}": r"stopped at line 1 .*`\*` would make a value of more than 1,000,000",
+    "{{ 3 ** 100000000 }}": r"stopped at line 1 .*`\*\*` would make a value of more than",
+    "{% for i in range(100000) %}{{ 'ab' * 10 }}{% endfor %}": r"wrote more than 1,000,000",
+}
+
+
+@pytest.mark.parametrize("template", FAILING_TEMPLATES)
+def test_every_failure_of_a_template_is_explained_naming_its_line(template):
+    """A template is input: a Python error, runaway recursion, the sandbox's own range guard or
+    an oversized value inside it is an InvalidInputError with the line, never a traceback."""
+    with pytest.raises(InvalidInputError, match=FAILING_TEMPLATES[template]) as error:
+        render_chat(template, [{"role": "user", "content": "12"}])
+    assert str(error.value).startswith("the chat template ")
+    assert str(error.value).endswith("fix the template, or pass another with --template FILE")
+
+
+def test_a_template_that_runs_forever_is_stopped_at_the_time_limit(monkeypatch):
+    """Nested range(100000) loops would take hours: the render stops at RENDER_SECONDS (made
+    short here), and the trace function that enforces it is removed afterwards."""
+    from minieagle import chat
+
+    monkeypatch.setattr(chat, "RENDER_SECONDS", 0.2)
+    endless = "{% for i in range(100000) %}\n{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    before = sys.gettrace()
+    with pytest.raises(InvalidInputError, match=r"stopped at line [12] .*limit of 0\.2 s"):
+        render_chat(endless, [])
+    assert sys.gettrace() is before
+    assert render_chat("{{ 'ab' * 3 }}{{ 2 ** 10 }}{{ [1] * 2 }}", []) == "ababab1024[1, 1]"
+
+
+def test_cli_chat_explains_a_failing_template_in_one_line(capsys, tmp_path):
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}{{ m.content / 0 }}{% endfor %}")
+    code = cli.main(["chat", "--prompt", "hi", "--template", str(bad)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: the chat template fails at line 1")
+    assert "Traceback" not in err and len(err.splitlines()) == 1
 
 
 def test_special_token_names_are_the_template_variables(small, chatml_tokenizer):
@@ -276,6 +324,23 @@ def test_cli_chat_reads_turns_from_stdin(capsys, monkeypatch, small):
     replies = [chat.reply(text) for text in ("Hello", "What next?")]  # the blank line: skipped
     assert (code, err) == (0, "")
     assert out == "".join(small[2].decode(r.tokens) + "\n" for r in replies)
+
+
+@pytest.mark.parametrize("stdin", [None, "closed"])
+def test_cli_chat_with_stdin_closed_asks_for_turns(capsys, monkeypatch, stdin):
+    """`minieagle chat 0<&-` (Python's sys.stdin is then None) or a closed stream: one error
+    line naming the fix, exit 2."""
+    if stdin == "closed":
+        stdin = io.StringIO("hi\n")
+        stdin.close()
+    monkeypatch.setattr("sys.stdin", stdin)
+    code, out, err = _chat(capsys)
+    assert (code, out) == (2, "")
+    assert err == (
+        "error: stdin is closed, so there is no user turn to answer; pipe the turns in, one per "
+        "line, or pass one with --prompt TEXT\n"
+    )
+    assert _chat(capsys, "--prompt", "Hello")[0] == 0  # --prompt needs no stdin
 
 
 def test_cli_chat_errors_are_one_line(capsys, tmp_path):

@@ -7,6 +7,7 @@ import sys
 
 from minieagle.cli.flags import check_method_flags, generation_flags
 from minieagle.cli.methods import drafter_factory, load_target, sampling_params
+from minieagle.errors import InvalidInputError
 
 
 def cmd_generate(args) -> int:
@@ -43,6 +44,11 @@ def cmd_chat(args) -> int:
     from minieagle.chat import Chat, load_chat_template
 
     check_method_flags(args)
+    if args.prompt is None and (sys.stdin is None or sys.stdin.closed):
+        raise InvalidInputError(
+            "stdin is closed, so there is no user turn to answer; pipe the turns in, one per "
+            "line, or pass one with --prompt TEXT"
+        )
     target, config, tokenizer = load_target(args.model, args.device)
     template = load_chat_template(args.model, tokenizer, args.template)
     chat = Chat(
