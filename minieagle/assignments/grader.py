@@ -5,9 +5,10 @@ Each assignment is a folder next to this file, `minieagle/assignments/<name>/`, 
     __init__.py      TITLE, FILES (library files with its solution regions), PLANTED_BUGS
     handout.md       what to build, in which order, and the written questions
     test_public.py   tests the student gets
-    answers.md       worked answers to the written questions     } instructors only: the student
-    test_hidden.py   tests only the grader runs                  } edition leaves them out
-    planted_bugs.py  PLANTED_BUGS, deliberate mistakes for `check` } (release.INSTRUCTOR_ONLY)
+    instructor/      what only the instructor's copy holds (no wheel, no student edition):
+      test_hidden.py   tests only the grader runs
+      answers.md       worked answers to the written questions
+      planted_bugs.py  PLANTED_BUGS, deliberate mistakes that `check` grades
 
 A student folder (`make`) holds README.md (the handout), ANSWERS.md (a template for the written
 questions), `submission/` (the assignment's files with its regions stubbed), `test_public.py`, and
@@ -100,8 +101,9 @@ def get(name: str) -> Assignment:
         )
     spec = importlib.import_module(f"minieagle.assignments.{name}")
     bugs = ()
-    if (HERE / name / "planted_bugs.py").exists():  # the instructor's copy only
-        bugs = importlib.import_module(f"minieagle.assignments.{name}.planted_bugs").PLANTED_BUGS
+    if (HERE / name / "instructor" / "planted_bugs.py").exists():  # the instructor's copy only
+        planted = importlib.import_module(f"minieagle.assignments.{name}.instructor.planted_bugs")
+        bugs = planted.PLANTED_BUGS
     return Assignment(name, spec.TITLE, tuple(spec.FILES), tuple(bugs))
 
 
@@ -193,11 +195,8 @@ def test_sources(name: str) -> dict[str, str]:
     """{test file name: source} of assignment `name`: the public tests, and the hidden tests where
     this copy has them (the instructor's; a student edition grades the public tests only)."""
     folder = get(name).folder
-    return {
-        file: (folder / file).read_text(encoding="utf-8")
-        for file in ("test_public.py", "test_hidden.py")
-        if (folder / file).exists()
-    }
+    paths = [folder / "test_public.py", folder / "instructor" / "test_hidden.py"]
+    return {path.name: path.read_text(encoding="utf-8") for path in paths if path.exists()}
 
 
 def grade_sources(name: str, sources: dict[str, str]) -> Report:

@@ -46,6 +46,8 @@ COLLECT_SECONDS = 120  # importing the submission and collecting the tests
 TEST_SECONDS = 60  # each test (MINIEAGLE_TEST_SECONDS overrides)
 _MARGIN_SECONDS = 30  # the child times each test itself; this is the backstop past its limit
 _PYTEST_INI = "[pytest]\n"
+# no third-party pytest plugins (they load slowly, and the tests need none); one BLAS thread
+_QUIET_PYTEST = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "OPENBLAS_NUM_THREADS": "1"}
 _BOOT = (
     "import sys; sys.path[:0] = sys.argv[1:2]; sys.path += sys.argv[2:]; "
     "from minieagle.assignments import harness; harness.main()"
@@ -112,7 +114,7 @@ def _collected(tests: tuple[tuple[str, str], ...]) -> tuple[dict, ...]:
         folder = Path(tmp) / "tests"
         _write_tests(folder, dict(tests))
         scores = Path(tmp) / "expected.json"
-        env = dict(os.environ, MINIEAGLE_SCORE_FILE=str(scores), OPENBLAS_NUM_THREADS="1")
+        env = dict(os.environ, MINIEAGLE_SCORE_FILE=str(scores), **_QUIET_PYTEST)
         run = subprocess.run(
             [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
              "-p", "no:randomly", "-p", "minieagle.assignments.scoring",
@@ -166,9 +168,9 @@ def run_tests(name: str, sources: dict[str, str], tests: dict[str, str]) -> Outc
             "HOME": str(work),
             "TMPDIR": str(work),
             "LANG": "C.UTF-8",
-            "OPENBLAS_NUM_THREADS": "1",
             "OMP_NUM_THREADS": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
+            **_QUIET_PYTEST,
         }
         with open(tmp / "log.txt", "w+", encoding="utf-8", errors="replace") as log:
             child = subprocess.Popen(

@@ -4,8 +4,9 @@ instructor material. Also the grading copy that a submission is graded in.
 One source, two editions (nbgrader's `release` step, docs/assignments.md):
 
 - the **instructor's copy** is the repository: every region holds its solution, and each
-  assignment folder holds its hidden tests (`test_hidden.py`), worked answers (`answers.md`) and
-  planted bugs (`planted_bugs.py`), beside `notebook_answers/`;
+  assignment folder has an `instructor/` folder with its hidden tests (`test_hidden.py`), worked
+  answers (`answers.md`) and planted bugs (`planted_bugs.py`), beside `notebook_answers/`; the
+  wheel leaves them out too (pyproject.toml), so only a clone of the repository holds them;
 - the **student edition** (`release(out, names)`) is a pip-installable folder: the package with
   every region of the released assignments replaced by its stub (the marker lines stay around the
   stub, so `minieagle assignment make` works in it), the notebooks with their solving cells
@@ -30,17 +31,16 @@ REPOSITORY = LIBRARY.parent
 
 # package-relative paths (fnmatch patterns) that only the instructor's copy holds
 INSTRUCTOR_ONLY = (
-    "assignments/*/test_hidden.py",
-    "assignments/*/answers.md",
-    "assignments/*/planted_bugs.py",
+    "assignments/*/instructor/*",
     "assignments/notebook_answers/*",
 )
 _SKIPPED = ("__pycache__", "*.pyc", "*.egg-info")
 
 
 def instructor_only(relative: str) -> bool:
-    """Whether the package-relative path `relative` ('assignments/verifier/answers.md') is
-    instructor material, left out of every student edition and grading copy."""
+    """Whether the package-relative path `relative` (such as
+    'assignments/verifier/instructor/answers.md') is instructor material, left out of every
+    student edition and grading copy."""
     return any(fnmatch.fnmatch(relative, pattern) for pattern in INSTRUCTOR_ONLY)
 
 
