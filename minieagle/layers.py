@@ -36,11 +36,12 @@ def linear_forward(x, weight):
     return x @ weight.T, (x, weight)
 
 
-def linear_backward(dout, cache):
-    """dout [..., out] -> (dx [..., in], dweight [out, in])."""
+def linear_backward(dout, cache, *, input_grad: bool = True):
+    """dout [..., out] -> (dx [..., in], dweight [out, in]); dx is None with input_grad=False,
+    for a layer whose input is data (EAGLE's fc reads the target's frozen features)."""
     x, weight = cache
     xp = array_module(dout)
-    dx = dout @ weight  # [..., out] @ [out, in] -> [..., in]
+    dx = dout @ weight if input_grad else None  # [..., out] @ [out, in] -> [..., in]
     dout_rows = xp.reshape(dout, (-1, dout.shape[-1]))  # [N, out]
     dweight = dout_rows.T @ xp.reshape(x, (-1, x.shape[-1]))  # [out, N] @ [N, in] -> [out, in]
     return dx, dweight
@@ -164,8 +165,26 @@ def swiglu_backward(dout, cache):
 def log_softmax(logits):
     """Numerically stable log-softmax over the last axis."""
     xp = array_module(logits)
+    shifted = logits - xp.max(logits, axis=-1, keepdims=True)  # a fresh array: update in place
+    shifted -= xp.log(xp.sum(xp.exp(shifted), axis=-1, keepdims=True))
+    return shifted
+
+
+def softmax(logits):
+    """Softmax over the last axis: exp(log_softmax(logits)) with one exp instead of two."""
+    return log_softmax_and_softmax(logits)[1]
+
+
+def log_softmax_and_softmax(logits):
+    """(log p, p) over the last axis from one exp: a loss that needs both (the soft
+    cross-entropy's log q forward, its q backward) pays for one pass, not two."""
+    xp = array_module(logits)
     shifted = logits - xp.max(logits, axis=-1, keepdims=True)
-    return shifted - xp.log(xp.sum(xp.exp(shifted), axis=-1, keepdims=True))
+    probs = xp.exp(shifted)
+    total = xp.sum(probs, axis=-1, keepdims=True)  # [..., 1]
+    probs /= total
+    shifted -= xp.log(total)
+    return shifted, probs
 
 
 def cross_entropy_forward(logits, targets, ignore_index: int = -100):

@@ -8,7 +8,7 @@ their count), as the EAGLE training code does. Shapes: [..., T] positions, d hid
 from __future__ import annotations
 
 from minieagle.backend import array_module
-from minieagle.layers import log_softmax
+from minieagle.layers import log_softmax_and_softmax
 
 
 def _masked_mean(per_position, loss_mask):
@@ -47,19 +47,23 @@ def soft_cross_entropy_forward(logits, target_probs, loss_mask):
     """-sum_v p_v log q_v per position, averaged over masked positions, with q = softmax(logits)
     the draft distribution and p the target's own distribution (soft labels, not data tokens).
 
-    logits, target_probs [..., T, V]; loss_mask [..., T] -> (loss scalar, cache).
+    logits, target_probs [..., T, V]; loss_mask [..., T] -> (loss scalar, cache). The cache
+    holds (log q, p, mask weights, count, q): q is kept so that neither the backward nor a
+    caller's metrics recompute it from log q.
     """
     xp = array_module(logits)
-    log_q = log_softmax(logits)  # [..., T, V]
+    log_q, q = log_softmax_and_softmax(logits)  # [..., T, V] each
     per_position = -xp.sum(target_probs * log_q, axis=-1)  # [..., T]
     loss, weights, count = _masked_mean(per_position, loss_mask)
-    return loss, (log_q, target_probs, weights, count)
+    return loss, (log_q, target_probs, weights, count, q)
 
 
 def soft_cross_entropy_backward(dloss, cache):
     """dloss scalar -> dlogits [..., T, V] = (q * sum_v p_v - p) * mask / count."""
-    log_q, target_probs, weights, count = cache
-    xp = array_module(log_q)
+    _, target_probs, weights, count, q = cache
+    xp = array_module(q)
     total = xp.sum(target_probs, axis=-1, keepdims=True)  # [..., T, 1]; 1 for a distribution
-    dlogits = xp.exp(log_q) * total - target_probs  # [..., T, V]
-    return dlogits * (weights[..., None] * (dloss / count))
+    dlogits = q * total  # [..., T, V], a fresh array: finished in place
+    dlogits -= target_probs
+    dlogits *= weights[..., None] * (dloss / count)
+    return dlogits

@@ -234,7 +234,7 @@ def head_backward(dpredicted, dlogits, caches, cfg: Eagle1Config) -> dict:
     if dlogits is not None:
         dout = dout + dlogits @ lm_head  # [B, T, V] @ [V, d]; the frozen head gets no grad
     dx, grads = model.decoder_layer_backward(dout, c_layer, LAYER_PREFIX, cfg.layer)
-    _, grads["fc.weight"] = layers.linear_backward(dx, c_fc)
+    _, grads["fc.weight"] = layers.linear_backward(dx, c_fc, input_grad=False)  # fc reads data
     if cfg.fc_bias:
         xp = array_module(dx)
         grads["fc.bias"] = xp.sum(xp.reshape(dx, (-1, dx.shape[-1])), axis=0)  # [d]
@@ -251,15 +251,15 @@ def _losses(head, cfg, target_params, tokens, features, next_features, loss_mask
     )
     xp = array_module(predicted)
     target_logits = next_features @ model.lm_head_weight(target_params).T  # [.., T, V]
-    target_probs = xp.exp(layers.log_softmax(target_logits))
+    target_probs = layers.softmax(target_logits)  # [.., T, V]: p, the soft labels
     l1, c_l1 = losses.smooth_l1_forward(predicted, next_features, loss_mask)
     ce, c_ce = losses.soft_cross_entropy_forward(logits, target_probs, loss_mask)
     weights = xp.astype(loss_mask, predicted.dtype)
     count = max(float(xp.sum(weights)), 1.0)
     same_argmax = xp.argmax(logits, axis=-1) == xp.argmax(target_logits, axis=-1)  # [.., T]
     agree = xp.astype(same_argmax, weights.dtype)
-    log_q = c_ce[0]  # the draft's log-probabilities, kept by the soft-CE forward
-    overlap = xp.sum(xp.minimum(xp.exp(log_q), target_probs), axis=-1)  # [.., T]
+    q = c_ce[4]  # the draft's probabilities, kept by the soft-CE forward
+    overlap = xp.sum(xp.minimum(q, target_probs), axis=-1)  # [.., T]
     parts = {
         "smooth_l1": float(l1),
         "soft_ce": float(ce),

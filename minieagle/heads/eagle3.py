@@ -534,7 +534,7 @@ def head_backward(dhidden_out, dlogits, caches, cfg: Eagle3Config) -> dict:
     if c_fc is None:
         grads["fc.weight"] = zeros(head_param_shapes(cfg)["fc.weight"], like=normed)
     else:
-        _, grads["fc.weight"] = layers.linear_backward(dhidden, c_fc)
+        _, grads["fc.weight"] = layers.linear_backward(dhidden, c_fc, input_grad=False)
     return {name: grads[name] for name in head_param_shapes(cfg)}
 
 
