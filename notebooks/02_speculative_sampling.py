@@ -59,17 +59,21 @@ q = target_distribution(np.array([1.0, 2.2, 0.5, 0.2, 0.6, -1.0, 0.9, -0.3]), T1
 # %%
 def acceptance_by_hand(p, q, x):
     """min(1, p(x) / q(x)); q = None is a deterministic candidate, proposed with q(x) = 1."""
+    ### BEGIN SOLUTION verifier
     return min(1.0, p[x]) if q is None else min(1.0, p[x] / q[x])
+    ### END SOLUTION
 
 
 def residual_by_hand(p, q, x):
     """What p becomes once candidate x, proposed from q, is rejected: norm(max(0, p - q))."""
+    ### BEGIN SOLUTION verifier
     if q is None:  # q = e_x: max(0, p - e_x) is p with p(x) zeroed
         r = p.copy()
         r[x] = 0.0
     else:
         r = np.maximum(p - q, 0.0)
     return r / r.sum()
+    ### END SOLUTION
 
 
 for x in range(V):
@@ -250,6 +254,7 @@ def node_contexts(tree, context):
 def verify_by_hand(tree, target_probs, rng):
     """Recursive rejection sampling down `tree`; target_probs[i]: p after node i [V].
     Returns (accepted nodes from the root down, the next token)."""
+    ### BEGIN SOLUTION verifier
     node, accepted = 0, []
     while True:
         p = target_probs[node]  # [V]
@@ -264,6 +269,7 @@ def verify_by_hand(tree, target_probs, rng):
             p = residual_by_hand(p, q, x)
         else:  # no child accepted
             return tuple(accepted), int(rng.draw(p))
+    ### END SOLUTION
 
 
 def library_walk(tree, target_probs, rng):
