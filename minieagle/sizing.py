@@ -39,19 +39,23 @@ per head and setting for the shipped models, once; then the sizes load instantly
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
 import platform
 import statistics
+import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from minieagle import __version__, inference
+from minieagle.cache import cache_root
 from minieagle.calibration import fit_calibration
 from minieagle.config import LlamaConfig
 from minieagle.costs import measure_verify_cost
@@ -64,6 +68,9 @@ SIZING_VERSION = 6  # bump when the code's costs change: cached sizes are then m
 CANDIDATE_TOP_K = (1, 2, 4, 8)
 MAX_DEPTH = 7  # expansion steps of the calibration runs: trees up to 8 drafts deep
 TOTAL_TOKENS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 26, 32, 40, 48, 64)
+VERIFY_SIZES = (1, 2, 4, 8, 16, 32, 64)  # verify(N) measured here, interpolated in between
+SIZING_SECONDS = 30.0  # auto_size's time budget for measuring (docs/speed.md)
+MIN_CYCLES = 4  # drafting cycles a calibration run records, even past its time share
 
 
 @dataclass
@@ -182,28 +189,51 @@ def calibration_run(
     new_tokens: int = 48,
     seed: int = 0,
     sampled_tree: bool = False,
+    deadline: float | None = None,
+    on_cycle=None,
 ):
     """Decode `prompts` ((kind, ids) pairs) with an `Eagle2Drafter` of this top_k at `depth`,
     a tree large enough never to cut the expansion (sampled_tree: its option, which at T > 0
     with top_k = 1 is EAGLE-1's sampled chain). Returns (pools, the `PathAcceptance` fitted
-    on every verified node, median propose ms, median level ms)."""
+    on every verified node, median propose ms, median level ms). deadline: a
+    `time.perf_counter()` time after which decoding stops, once MIN_CYCLES cycles are
+    recorded; on_cycle: called after every cycle (a progress bar)."""
     from minieagle.generate import generate
 
     pools, records, node_depths, propose, level = [], [], [], [], []
     make = tree_drafter(target, config, head, head_cfg, vocab, top_k, depth, sampled_tree)
     for i, (_, ids) in enumerate(prompts):
-        drafter = _TimedDrafter(make())
-        generate(target, config, ids, drafter=drafter, max_new_tokens=new_tokens,
-                 sampling=sampling, seed=seed + i, stop_at_eos=False)  # fmt: skip
+        drafter, earlier = _TimedDrafter(make()), len(pools)
+
+        def cycle_done(_tokens, drafter=drafter, earlier=earlier):
+            if on_cycle is not None:
+                on_cycle()
+            enough = earlier + len(drafter.pools) >= MIN_CYCLES and len(drafter.propose_ms) > 1
+            if deadline is not None and enough and time.perf_counter() > deadline:
+                raise _OutOfTime
+
+        try:
+            generate(target, config, ids, drafter=drafter, max_new_tokens=new_tokens,
+                     sampling=sampling, seed=seed + i, stop_at_eos=False,
+                     on_tokens=cycle_done)  # fmt: skip
+            out_of_time = False
+        except _OutOfTime:  # the cycles decoded so far are complete records
+            out_of_time = True
         pools += drafter.pools
         records += drafter.path_records
         node_depths += drafter.path_depths
         propose += drafter.propose_ms[1:]  # the first cycle's catch-up reads the whole prompt
         level += drafter.level_ms
+        if out_of_time:
+            break
     on_path = PathAcceptance(
         records, node_depths, setting_name(sampling, sampled_tree=sampled_tree)
     )
     return pools, on_path, statistics.median(propose), statistics.median(level)
+
+
+class _OutOfTime(Exception):
+    """A measurement's share of the time budget is spent (raised between two cycles)."""
 
 
 # ---------------------------------------------------------------------------- the model
@@ -252,10 +282,10 @@ def tree_drafter(target, config, head, head_cfg, vocab, top_k: int, depth: int,
     )  # fmt: skip
 
 
-def _propose_ms(target, config, prompts, sampling, make_drafter, new_tokens: int = 24) -> float:
-    """Median ms of one drafter's propose over a short decoding of the first two prompts (the
-    first cycle, whose catch-up reads the whole prompt, left out), or with make_drafter None,
-    median ms per vanilla token."""
+def _propose_ms(target, config, prompts, sampling, make_drafter, new_tokens: int = 12) -> float:
+    """Median ms of one drafter's propose over a short decoding (`new_tokens`) of the first
+    two prompts (the first cycle, whose catch-up reads the whole prompt, left out), or with
+    make_drafter None, median ms per vanilla token."""
     from minieagle.generate import generate
 
     times = []
@@ -327,24 +357,34 @@ def measure_sizing(
     new_tokens: int = 48,
     progress: bool = False,
     sampled_tree: bool = False,
+    budget_s: float | None = None,
 ) -> dict:
-    """Every measurement the choice needs, as plain JSON-ready data: verify ms by N, the loop
-    overhead, draft ms by (k, d), and τ̂ by (k, d, N) from one calibration run per top_k."""
+    """Every measurement the choice needs, as plain JSON-ready data: verify ms by N (measured
+    at VERIFY_SIZES, interpolated between), the loop overhead, draft ms by (k, d), and τ̂ by
+    (k, d, N) from one calibration run per top_k. budget_s: stop the calibration runs when
+    about that many seconds have passed (each keeps MIN_CYCLES cycles); None: decode every
+    prompt to new_tokens. progress: announce the measuring on stderr at once (one line), then
+    a progress bar in seconds of the budget where stderr is a terminal."""
+    clock = _Clock(budget_s, progress, steps=2 + len(candidate_top_k))
     target = inference.prepare(target, config)
     sizes = sorted({1, *sizes})
-    bar = _progress(progress, total=2 + len(candidate_top_k))
-    verify_ms = measure_verify_ms(target, config, prompts[0][1], sizes)
-    bar.update(1)
+    measured_sizes = sorted({n for n in VERIFY_SIZES if n < sizes[-1]} | {sizes[-1]})
+    verify = measure_verify_ms(target, config, prompts[0][1], measured_sizes, repeats=3)
+    points = np.asarray(measured_sizes), np.asarray([verify[n] for n in measured_sizes])
+    verify_ms = {n: verify.get(n, float(np.interp(n, *points))) for n in sizes}
+    clock.step()
     vanilla_ms = _propose_ms(target, config, prompts, sampling, None)  # ms per vanilla token
     loop_ms = max(0.0, vanilla_ms - verify_ms[1])
-    bar.update(1)
+    clock.step()
     runs = {}
-    for k in candidate_top_k:
+    for i, k in enumerate(candidate_top_k):
         runs[k] = calibration_run(target, config, head, head_cfg, vocab, prompts, sampling, k,
                                   depth=max_depth, new_tokens=new_tokens,
-                                  sampled_tree=sampled_tree)  # fmt: skip
-        bar.update(1)
-    bar.close()
+                                  sampled_tree=sampled_tree,
+                                  deadline=clock.deadline(len(candidate_top_k) - i),
+                                  on_cycle=clock.tick)  # fmt: skip
+        clock.step()
+    clock.close()
     draft_ms, tau = {}, {}
     for k, (pools, on_path, deepest_ms, _) in runs.items():
         # One map per top_k: how a node's value maps to its chance of being on the accepted
@@ -357,11 +397,9 @@ def measure_sizing(
         for d in range(1, max_depth + 1):
             share = (d - 1) / max(1, max_depth - 1)
             draft_ms[k, d] = shallow_ms + share * (deepest_ms - shallow_ms)
-            for n in sizes:
-                if n < 2 or k > n - 1 or n - 1 > k + d * k * k:  # k + d k^2: the pool's size
-                    continue
-                accepted = [expected_accepted(pool, on_path, d, n - 1) for pool in pools]
-                tau[k, d, n] = 1.0 + float(np.mean(accepted))
+        for _, d, n in _tau_keys((k,), max_depth, sizes):
+            accepted = [expected_accepted(pool, on_path, d, n - 1) for pool in pools]
+            tau[k, d, n] = 1.0 + float(np.mean(accepted))
     return {
         "verify_ms": verify_ms,
         "loop_ms": loop_ms,
@@ -393,8 +431,54 @@ def sizing_from(measured: dict, setting: str, **fixed) -> Sizing:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("MINIEAGLE_CACHE") or Path.home() / ".cache" / "minieagle"
-    return Path(root) / "sizing"
+    """Where measured sizes are kept: `sizing/` in the cache (`minieagle.cache.cache_root`)."""
+    return cache_root() / "sizing"
+
+
+def _cache_file(key: str) -> Path | None:
+    """The cache file for `key`, or None (with a warning) when there is no cache directory:
+    the cache is optional, the sizes are then measured for this run only."""
+    try:
+        return cache_dir() / f"{key}.json"
+    except InvalidInputError as error:
+        warnings.warn(f"{error}; measured sizes are not kept", stacklevel=3)
+        return None
+
+
+def _read_cache(path: Path, setting: str, expected: dict) -> dict | None:
+    """The measurements cached at `path`, validated (`_measured_from_json`), or None when there
+    are none; an unreadable or invalid file is reported with a warning (it is measured again
+    and overwritten)."""
+    try:
+        if not path.is_file():
+            return None
+        return _measured_from_json(json.loads(path.read_text(encoding="utf-8")), setting, expected)
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as error:
+        warnings.warn(
+            f"the sizing cache file {path} is not valid ({error}); measuring this machine "
+            "again, then replacing it",
+            stacklevel=3,
+        )
+        return None
+
+
+def _write_cache(path: Path, data: dict) -> None:
+    """Write `data` to `path` atomically; a cache that cannot be written (read-only, a file
+    where its directory should be, a full disk) is reported with a warning, never raised."""
+    partial = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        partial.replace(path)
+    except OSError as error:
+        warnings.warn(
+            f"cannot write the sizing cache {path} ({error.strerror or error}); the sizes "
+            "measured now serve this run only (point MINIEAGLE_CACHE at a writable directory "
+            "to keep them)",
+            stacklevel=3,
+        )
+        with contextlib.suppress(OSError):
+            partial.unlink(missing_ok=True)
 
 
 def machine_key(like) -> str:
@@ -428,19 +512,28 @@ def _cpu_name() -> str:
 
 def check_fixed_sizes(*, top_k=None, depth=None, total_tokens=None) -> None:
     """Refuse, before anything is measured, sizes fixed by the user that no candidate of the
-    search can match: a top_k above the drafts of the largest tree considered (`TOTAL_TOKENS`,
-    or the fixed total_tokens)."""
+    search can use: a top_k above the drafts of the largest tree considered (`TOTAL_TOKENS`,
+    or the fixed total_tokens), a depth beyond the deepest such a tree reaches (a tree of N
+    nodes is at most N - 1 drafts deep: depth + 1 <= N - 1). The depth bound also bounds the
+    measuring, whose calibration runs draft at the deepest depth considered."""
     largest = total_tokens or max(TOTAL_TOKENS)
     if top_k is not None and top_k > largest - 1:
         raise InvalidInputError(
             f"top_k={top_k} exceeds total_tokens - 1 = {largest - 1}, the largest tree auto "
             "sizing considers; pass a smaller top_k or a fixed total_tokens"
         )
+    if depth is not None and depth > largest - 2:
+        raise InvalidInputError(
+            f"depth={depth} exceeds {largest - 2}, the deepest expansion a tree of "
+            f"total_tokens={largest} (the largest auto sizing considers) can use; pass depth "
+            f"<= {largest - 2} or a fixed total_tokens"
+        )
 
 
 def auto_size(target, config, head, head_cfg, vocab, sampling: SamplingParams, prompts, *,
               identity: str, progress: bool = True, sampled_tree: bool = False,
-              chain_only: bool = False, **fixed) -> Sizing:  # fmt: skip
+              chain_only: bool = False, budget_s: float | None = SIZING_SECONDS,
+              **fixed) -> Sizing:  # fmt: skip
     """The `Sizing` for this machine, target + head (`identity`: e.g. their fingerprints) and
     sampling setting, from the cache or measured now (and cached, written atomically).
     prompts: (kind, ids) calibration prompts, never the ones a benchmark reports on.
@@ -458,21 +551,16 @@ def auto_size(target, config, head, head_cfg, vocab, sampling: SamplingParams, p
         f"{candidates}|"
         f"{max_depth}".encode()
     ).hexdigest()[:20]
-    path = cache_dir() / f"{key}.json"
-    measured = None
-    if path.is_file():
-        try:
-            measured = _measured_from_json(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            measured = None  # unreadable or from another version: measure again
+    expected = _expected_keys(candidates, max_depth, TOTAL_TOKENS)
+    path = _cache_file(key)
+    measured = None if path is None else _read_cache(path, setting, expected)
     if measured is None:
         measured = measure_sizing(target, config, head, head_cfg, vocab, prompts, sampling,
                                   candidate_top_k=candidates, max_depth=max_depth,
-                                  progress=progress, sampled_tree=sampled_tree)  # fmt: skip
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(_measured_to_json(measured, setting), indent=1) + "\n")
-        partial.replace(path)
+                                  progress=progress, sampled_tree=sampled_tree,
+                                  budget_s=budget_s)  # fmt: skip
+        if path is not None:
+            _write_cache(path, _measured_to_json(measured, setting))
     return sizing_from(measured, setting, **fixed)
 
 
@@ -489,37 +577,139 @@ def _measured_to_json(measured: dict, setting: str) -> dict:
     }
 
 
-def _measured_from_json(data: dict) -> dict:
+MAX_MS = 60_000.0  # a cached time above a minute per forward or cycle is no measurement
+
+
+def _expected_keys(candidate_top_k, max_depth: int, sizes) -> dict:
+    """The keys a complete measurement holds: verify_ms by N, draft_ms by (k, d), tau by
+    (k, d, N) (`_tau_keys`), cycles by k."""
+    sizes = sorted({1, *sizes})
+    depths = range(1, max_depth + 1)
+    return {
+        "verify_ms": set(sizes),
+        "draft_ms": {(k, d) for k in candidate_top_k for d in depths},
+        "tau": set(_tau_keys(candidate_top_k, max_depth, sizes)),
+        "cycles": set(candidate_top_k),
+    }
+
+
+def _tau_keys(candidate_top_k, max_depth: int, sizes) -> list[tuple[int, int, int]]:
+    """The (k, d, N) whose τ̂ the measurements predict: a tree of N >= 2 nodes holding the k
+    root children (k <= N - 1) within the pool of d expansion levels (N - 1 <= k + d k^2)."""
+    return [
+        (k, d, n)
+        for k in candidate_top_k
+        for d in range(1, max_depth + 1)
+        for n in sorted(sizes)
+        if n >= 2 and k <= n - 1 and n - 1 <= k + d * k * k
+    ]
+
+
+def _measured_from_json(data: dict, setting: str, expected: dict) -> dict:
+    """The measurements of a cache file's JSON, or ValueError naming what is wrong: another
+    version or setting, a missing or extra key, a time that is not a positive finite number
+    of ms below MAX_MS (verify(N) at least half of verify(1): no forward is cheaper), a τ̂
+    outside [1, N]."""
+    if not isinstance(data, dict):
+        raise ValueError(f"the file holds a {type(data).__name__}, not a measurement")
     if data.get("version") != SIZING_VERSION:
-        raise ValueError("another sizing version")
+        raise ValueError(f"version {data.get('version')!r}, not {SIZING_VERSION}")
+    if data.get("setting") != setting:
+        raise ValueError(f"setting {data.get('setting')!r}, not {setting!r}")
+    fields = {"version", "setting", "verify_ms", "loop_ms", "draft_ms", "tau",
+              "calibration_records", "cycles"}  # fmt: skip
+    if set(data) != fields:
+        raise ValueError(f"keys {sorted(data)}, expected {sorted(fields)}")
 
     def ints(key: str) -> tuple:
         return tuple(int(x) for x in key.split(","))
 
-    return {
-        "verify_ms": {int(n): float(v) for n, v in data["verify_ms"].items()},
-        "loop_ms": float(data["loop_ms"]),
-        "draft_ms": {ints(key): float(v) for key, v in data["draft_ms"].items()},
+    measured = {
+        "verify_ms": {int(n): _ms(v, f"verify_ms[{n}]") for n, v in data["verify_ms"].items()},
+        "loop_ms": _ms(data["loop_ms"], "loop_ms", least=0.0),
+        "draft_ms": {
+            ints(key): _ms(v, f"draft_ms[{key}]", least=0.0) for key, v in data["draft_ms"].items()
+        },
         "tau": {ints(key): float(v) for key, v in data["tau"].items()},
-        "calibration_records": int(data["calibration_records"]),
-        "cycles": {int(k): int(v) for k, v in data["cycles"].items()},
+        "calibration_records": _count(data["calibration_records"], "calibration_records"),
+        "cycles": {int(k): _count(v, f"cycles[{k}]") for k, v in data["cycles"].items()},
     }
+    for name, keys in expected.items():
+        got = set(measured[name])
+        if got != keys:
+            missing, extra = sorted(keys - got), sorted(got - keys)
+            raise ValueError(f"{name} lacks {missing[:3]} and has extra {extra[:3]}")
+    one = measured["verify_ms"][1]
+    for n, ms in measured["verify_ms"].items():
+        if ms < one / 2:
+            raise ValueError(f"verify_ms[{n}]={ms} is below half of verify_ms[1]={one}")
+    for (k, d, n), tau in measured["tau"].items():
+        if not 1.0 <= tau <= n:  # also refuses NaN
+            raise ValueError(f"tau[{k},{d},{n}]={tau} is outside [1, {n}]")
+    return measured
 
 
-class _NoBar:
-    def update(self, n: int) -> None:
-        pass
+def _ms(value, name: str, least: float | None = None) -> float:
+    """A cached time in ms: finite, in (0, MAX_MS] (or [least, MAX_MS])."""
+    ms = float(value)
+    low_ok = ms > 0 if least is None else ms >= least
+    if not (low_ok and ms <= MAX_MS):  # also refuses NaN and inf
+        raise ValueError(f"{name}={ms} is not a time in ms within (0, {MAX_MS:g}]")
+    return ms
+
+
+def _count(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name}={value!r} is not a count")
+    return value
+
+
+class _Clock:
+    """The measuring's time budget and its display: one line on stderr at once, then (where
+    stderr is a terminal) a tqdm bar of the budget's seconds, or of the measuring steps when
+    there is no budget."""
+
+    def __init__(self, budget_s: float | None, progress: bool, steps: int):
+        self.start, self.budget_s = time.perf_counter(), budget_s
+        self.bar = None
+        if not progress:
+            return
+        from tqdm import tqdm
+
+        about = f"about {budget_s:.0f} s" if budget_s else "a few generations"
+        print(
+            f"[sizing the draft tree for this machine: measuring for {about}, once (the sizes "
+            "are cached); fixed sizes skip it: --total-tokens N --depth D --tree-top-k K]",
+            file=sys.stderr,
+            flush=True,
+        )
+        total, unit = (round(budget_s), "s") if budget_s else (steps, "step")
+        self.bar = tqdm(total=total, desc="sizing", unit=unit, disable=None, file=sys.stderr)
+
+    def deadline(self, runs_left: int) -> float | None:
+        """When the next of `runs_left` calibration runs should stop: an equal share of what
+        is left of the budget (None: no budget)."""
+        if self.budget_s is None:
+            return None
+        now = time.perf_counter()
+        left = self.start + self.budget_s - now
+        return now + max(0.0, left) / runs_left
+
+    def tick(self) -> None:
+        """Show the seconds spent (with a budget)."""
+        if self.bar is not None and self.budget_s:
+            spent = min(self.bar.total, int(time.perf_counter() - self.start))
+            self.bar.update(spent - self.bar.n)
+
+    def step(self) -> None:
+        """One measuring step done."""
+        if self.bar is not None and not self.budget_s:
+            self.bar.update(1)
+        self.tick()
 
     def close(self) -> None:
-        pass
-
-
-def _progress(enabled: bool, total: int):
-    if not enabled:
-        return _NoBar()
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc="sizing the draft tree for this machine", unit="step")
+        if self.bar is not None:
+            self.bar.close()
 
 
 def sizing_json(sizing: Sizing) -> dict:

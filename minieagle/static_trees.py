@@ -33,26 +33,33 @@ def chain_tree(depth: int) -> tuple[tuple[int, ...], ...]:
     return tuple((0,) * n for n in range(1, depth + 1))
 
 
-def resolve_tree(choices) -> tuple[tuple[int, ...], ...]:
+def resolve_tree(
+    choices, max_depth: int | None = None, why: str = ""
+) -> tuple[tuple[int, ...], ...]:
     """A path list from a name ("default", "mc_sim_7b_63", "chain:D") or a list of paths.
 
     Paths are checked: non-empty, ranks >= 0, no duplicates, every path's parent present, and the
     siblings under one parent use ranks 0, 1, 2, ... without gaps (at T > 0 rank j is the j-th
-    draw without replacement, so a gap would be a draw that is never verified).
+    draw without replacement, so a gap would be a draw that is never verified); with
+    `max_depth`, none deeper than it, checked before anything is built (`why` says what sets
+    the bound, for the message).
     Returns the paths sorted by depth, then lexicographically (parents first, as in `Tree`).
     """
     if isinstance(choices, str):
         if choices in ("default", "mc_sim_7b_63"):
-            return DEFAULT_TREE
-        if choices.startswith("chain:"):
+            choices = DEFAULT_TREE
+        elif choices.startswith("chain:"):
             depth = choices.removeprefix("chain:")
             if not depth.isdigit():
                 raise InvalidInputError(
                     f"tree {choices!r} has no integer depth after 'chain:'; pass e.g. 'chain:5'"
                 )
+            _check_depth(int(depth), max_depth, why)  # before D paths of up to D ranks exist
             return chain_tree(int(depth))
-        raise InvalidInputError(f"unknown tree {choices!r}; expected one of {list(TREE_NAMES)}")
+        else:
+            raise InvalidInputError(f"unknown tree {choices!r}; expected one of {list(TREE_NAMES)}")
     paths = [tuple(int(r) for r in path) for path in choices]
+    _check_depth(max((len(path) for path in paths), default=0), max_depth, why)
     if not paths:
         raise InvalidInputError("the tree has no paths; pass e.g. [[0], [1], [0, 0]] or 'default'")
     seen = set(paths)
@@ -73,3 +80,11 @@ def resolve_tree(choices) -> tuple[tuple[int, ...], ...]:
                 "children of a node must use ranks 0, 1, 2, ... without gaps"
             )
     return tuple(sorted(paths, key=lambda p: (len(p), p)))
+
+
+def _check_depth(depth: int, max_depth: int | None, why: str) -> None:
+    if max_depth is not None and depth > max_depth:
+        raise InvalidInputError(
+            f"the tree is {depth} levels deep but {why or f'at most {max_depth} fit'}; pass a "
+            f"tree at most {max_depth} deep, e.g. 'chain:{min(max_depth, 5)}'"
+        )

@@ -312,6 +312,8 @@ def test_cli_chat_prints_the_greedy_reply_for_every_method(capsys, small):
     expected = tokenizer.decode(generate(params, config, prompt, max_new_tokens=12).tokens)
     for method in ("vanilla", "draft-model", "eagle1", "eagle2", "eagle3"):
         code, out, err = _chat(capsys, "--prompt", messages[0]["content"], "--method", method)
+        sizing = "[sizing the draft tree for this machine"  # eagle2/3 on a cold sizing cache
+        err = "".join(line for line in err.splitlines(True) if not line.startswith(sizing))
         assert (code, out, err) == (0, expected + "\n", ""), method
     code, out, err = _chat(capsys, "--prompt", "x", "--method", "eagle2", "--stats")
     assert code == 0 and "[turn 1, eagle2: 12 tokens" in err and "tau" in err

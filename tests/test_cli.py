@@ -115,9 +115,9 @@ def test_bad_sampling_flags_exit_2_with_the_fix(checkpoint, capsys, flags, messa
         (["generate", "x", "--gamma", "2"], "--gamma applies to --method draft-model, not vanilla"),
         (["generate", "x", "--total-tokens", "3"], "--total-tokens applies to --method eagle2"),
         (["generate", "x", "--method", "eagle2", "--tree-top-k", "5000", "--total-tokens", "26"],
-         "top_k=5000 exceeds total_tokens - 1 = 25"),
+         "--tree-top-k 5000 exceeds --total-tokens - 1 = 25"),
         (["generate", "x", "--method", "eagle2", "--tree-top-k", "5000"],
-         "top_k=5000 exceeds total_tokens - 1 = 63, the largest tree auto sizing"),
+         "--tree-top-k 5000 exceeds --total-tokens - 1 = 63, the largest tree auto sizing"),
         (["train", "target", "--max-train-chars", "-5"], "argument --max-train-chars: -5 is below"),
     ],
 )  # fmt: skip

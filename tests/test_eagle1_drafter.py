@@ -446,3 +446,24 @@ def test_the_drafter_runs_on_a_device_and_agrees_with_numpy():
     (*host_trees, host_logits), (*device_trees, device_logits) = runs
     assert host_trees == device_trees
     np.testing.assert_allclose(device_logits, host_logits, rtol=0, atol=TOLERANCE)
+
+
+def test_a_chain_deeper_than_the_context_is_refused_before_it_is_built(monkeypatch):
+    """Row 9 of issue 22: `--tree chain --depth 100000` is refused by the context bound before
+    the O(D^2) path list exists (building it would fail this test), naming the context; the
+    deepest chain that fits is accepted."""
+    from minieagle import static_trees
+
+    context = CONFIG.max_position_embeddings
+    built = static_trees.chain_tree
+
+    def chain_tree(depth):
+        assert depth <= context, "the chain was built before its depth was checked"
+        return built(depth)
+
+    monkeypatch.setattr(static_trees, "chain_tree", chain_tree)
+    for depth in (context - 1, 100000):
+        with pytest.raises(ValueError, match=f"{depth} levels deep but the context holds"):
+            Eagle1Drafter(TARGET, CONFIG, HEAD, HEAD_CFG, choices=f"chain:{depth}")
+    drafter = Eagle1Drafter(TARGET, CONFIG, HEAD, HEAD_CFG, choices=f"chain:{context - 2}")
+    assert len(drafter.paths) == context - 2

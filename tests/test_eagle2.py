@@ -38,6 +38,7 @@ from minieagle import model
 from minieagle import tree as trees
 from minieagle.drafters import build_drafter
 from minieagle.drafters.eagle2 import Eagle2Drafter
+from minieagle.errors import InvalidInputError
 from minieagle.generate import greedy_reference
 from minieagle.heads.eagle1 import head_forward, save_head
 from minieagle.sampling import SamplingParams, SeededRandomness, target_distribution
@@ -565,3 +566,54 @@ def test_pool_depths_equals_the_walk_to_the_root(draws):
             depth, walk = depth + 1, parents[walk]
         want.append(depth)
     assert dt.pool_depths(parents).tolist() == want
+
+
+def _cli_drafter(tmp_path, *flags):
+    """The drafter `minieagle generate --method eagle2 FLAGS` builds on the tiny target."""
+    from minieagle import cli
+    from minieagle.cli.methods import drafter_factory
+
+    if not (tmp_path / "head").exists():
+        save_head(tmp_path / "head", HEAD, HEAD_CFG, dtype="float64")
+    argv = ["generate", "x", "--method", "eagle2", "--head", str(tmp_path / "head"), *flags]
+    return drafter_factory(cli.build_parser().parse_args(argv), CONFIG, TARGET, object())()
+
+
+def test_a_tree_larger_than_the_context_is_refused_naming_the_flags(tmp_path):
+    """Row 8 of issue 22: a fixed tree larger than the context (so top_k up to its size) is
+    refused before any cycle; the CLI names --total-tokens; the largest fitting tree works."""
+    context = CONFIG.max_position_embeddings
+    with pytest.raises(InvalidInputError, match=f"total_tokens={context + 1} exceeds the context"):
+        Eagle2Drafter(TARGET, CONFIG, HEAD, HEAD_CFG, top_k=context, total_tokens=context + 1)
+    with pytest.raises(InvalidInputError, match=f"^--total-tokens {context + 1} exceeds"):
+        _cli_drafter(tmp_path, "--tree-top-k", str(context), "--total-tokens", str(context + 1))
+    assert _cli_drafter(tmp_path, "--total-tokens", str(context)).total_tokens == context
+
+
+def test_a_fixed_total_tokens_alone_derives_its_top_k(tmp_path):
+    """Row 11: --total-tokens 8 alone (any value >= 2 is documented) drafts with top_k
+    min(8, total_tokens - 1), no sizing; a given top_k too large is refused naming both flags
+    (not a top_k the user never passed)."""
+    for total in (2, 5, 8, 9):
+        drafter = build_drafter(
+            "eagle2", target=(TARGET, CONFIG), head=(HEAD, HEAD_CFG), total_tokens=total
+        )
+        assert (drafter.top_k, drafter.total_tokens) == (min(8, total - 1), total)
+        assert drafter.sizer is None
+    assert _cli_drafter(tmp_path, "--total-tokens", "8").top_k == 7
+    with pytest.raises(InvalidInputError, match=r"^--tree-top-k 9 exceeds --total-tokens - 1"):
+        _cli_drafter(tmp_path, "--tree-top-k", "9", "--total-tokens", "8")
+
+
+def test_auto_sizing_refuses_a_depth_no_sized_tree_can_use(tmp_path):
+    """Row 10: with automatic sizing, --depth beyond what the largest tree considered (64
+    nodes) reaches is refused before anything is measured (which would draft that deep);
+    the deepest usable depth passes the check."""
+    from minieagle import sizing
+
+    deepest = max(sizing.TOTAL_TOKENS) - 2
+    with pytest.raises(InvalidInputError, match=f"^--depth 600 exceeds {deepest}"):
+        _cli_drafter(tmp_path, "--depth", "600")
+    with pytest.raises(InvalidInputError, match=f"depth={deepest + 1} exceeds"):
+        sizing.check_fixed_sizes(depth=deepest + 1)
+    sizing.check_fixed_sizes(depth=deepest)

@@ -501,3 +501,16 @@ def test_training_exports_loadable_heads_and_resumes_only_the_same_run(tmp_path)
         train_eagle_head(config(4, medusa_heads=3), progress=False)
     with pytest.raises(ValueError, match="medusa_heads=0 must be >= 1"):
         config(1, medusa_heads=0)
+
+
+def test_a_chain_deeper_than_the_heads_is_refused_before_it_is_built(monkeypatch):
+    """Row 9 of issue 22: a chain of 100000 levels is refused by the head count before its
+    O(D^2) path list is built (building it fails this test)."""
+    from minieagle import static_trees
+
+    def chain_tree(depth):
+        raise AssertionError("the chain was built before its depth was checked")
+
+    monkeypatch.setattr(static_trees, "chain_tree", chain_tree)
+    with pytest.raises(ValueError, match="100000 levels deep but there are 4 heads"):
+        _drafter("chain:100000")

@@ -25,8 +25,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -444,6 +446,55 @@ def measured():
     )
 
 
+class _Measuring(Exception):
+    """Raised by the instrumented verify measurement: what stderr held when measuring began."""
+
+
+def test_measuring_announces_itself_with_an_estimate_before_it_measures(monkeypatch, capsys):
+    """Row 18: the first measurement (the verify cost curve) starts after one stderr line that
+    says what is measured, for about how long, that it is cached and how to skip it."""
+
+    def instrumented(*args, **kwargs):
+        raise _Measuring(capsys.readouterr().err)
+
+    monkeypatch.setattr(sizing, "measure_verify_ms", instrumented)
+    with pytest.raises(_Measuring) as seen:
+        sizing.measure_sizing(TARGET, CONFIG, HEAD, HEAD_CFG, None, MEASURE_PROMPTS,
+                              SamplingParams(), progress=True, budget_s=30)  # fmt: skip
+    (line,) = [x for x in str(seen.value).splitlines() if x.strip()]
+    assert "sizing the draft tree for this machine: measuring for about 30 s" in line
+    assert "cached" in line and "--total-tokens N --depth D --tree-top-k K" in line
+
+
+def test_measuring_is_quiet_without_progress(monkeypatch, capsys):
+    """Negative control: progress=False prints nothing (tests and notebooks)."""
+
+    def instrumented(*args, **kwargs):
+        raise _Measuring(capsys.readouterr().err)
+
+    monkeypatch.setattr(sizing, "measure_verify_ms", instrumented)
+    with pytest.raises(_Measuring) as seen:
+        sizing.measure_sizing(TARGET, CONFIG, HEAD, HEAD_CFG, None, MEASURE_PROMPTS,
+                              SamplingParams(), budget_s=30)  # fmt: skip
+    assert str(seen.value) == ""
+
+
+def test_a_calibration_run_past_its_deadline_stops_after_min_cycles():
+    """The time budget bounds a calibration run by cycles: a deadline already past stops it
+    once MIN_CYCLES cycles are recorded (every recorded cycle complete, its τ̂ records fitted),
+    where no deadline decodes every prompt to new_tokens (more cycles)."""
+    run = functools.partial(
+        sizing.calibration_run, TARGET, CONFIG, HEAD, HEAD_CFG, None, MEASURE_PROMPTS,
+        SamplingParams(), 2, depth=2, new_tokens=24,
+    )  # fmt: skip
+    ticks = []
+    pools, on_path, propose_ms, _ = run(deadline=0.0, on_cycle=lambda: ticks.append(1))
+    assert len(pools) == sizing.MIN_CYCLES == len(ticks)
+    assert on_path.records > 0 and propose_ms > 0
+    unbounded, *_ = run()
+    assert len(unbounded) > sizing.MIN_CYCLES
+
+
 def _check_measured(m, ks, max_depth, sizes) -> None:
     assert set(m["verify_ms"]) == {1, *sizes}
     assert all(v > 0 for v in m["verify_ms"].values())
@@ -475,7 +526,8 @@ def test_measure_sizing_end_to_end_on_the_tiny_target(measured):
     _check_measured(measured, MEASURE_K, MEASURE_DEPTH, MEASURE_SIZES)
     assert any(t > 1 for t in measured["tau"].values()), "the tiny head accepts some drafts"
     as_json = json.dumps(sizing._measured_to_json(measured, "T=0"))
-    back = sizing._measured_from_json(json.loads(as_json))
+    expected = sizing._expected_keys(MEASURE_K, MEASURE_DEPTH, MEASURE_SIZES)
+    back = sizing._measured_from_json(json.loads(as_json), "T=0", expected)
     assert back == measured
 
 
@@ -571,10 +623,7 @@ def _fake_measurements(calls):
             "draft_ms": {(k, d): 0.05 * k * d for k in candidate_top_k for d in depths},
             "tau": {
                 (k, d, n): 1.0 + (n - 1) * (1 - 0.5 ** min(d + 1, n - 1)) / (n + k)
-                for k in candidate_top_k
-                for d in depths
-                for n in sizes
-                if n >= max(2, k + 1)
+                for k, d, n in sizing._tau_keys(candidate_top_k, max_depth, sizes)
             },
             "calibration_records": 123,
             "cycles": {k: 7 for k in candidate_top_k},
@@ -637,7 +686,7 @@ def test_cache_checker_catches_a_cache_that_never_hits(cache, monkeypatch):
     """Negative control: a cache whose files never read back (never hits) is caught."""
     auto, calls, folder = cache
 
-    def unreadable(data):
+    def unreadable(*_):
         raise ValueError("planted bug")
 
     monkeypatch.setattr(sizing, "_measured_from_json", unreadable)
@@ -712,6 +761,106 @@ def test_auto_size_measures_again_over_a_wrongly_shaped_cache_file(cache, conten
     (path,) = folder.glob("*.json")
     path.write_text(content)
     assert auto() == first and len(calls) == 2
+
+
+def _edit(data: dict, field: str, key, value) -> dict:
+    """data with data[field][key] set to value (removed when value is ...)."""
+    data = json.loads(json.dumps(data))
+    if key is None:
+        data[field] = value
+    elif value is ...:
+        del data[field][key]
+    else:
+        data[field][key] = value
+    return data
+
+
+BAD_ENTRIES = {
+    "verify-missing-N": ("verify_ms", "26", ...),
+    "draft-missing-k,d": ("draft_ms", "2,3", ...),
+    "tau-missing": ("tau", "8,7,64", ...),
+    "tau-extra": ("tau", "8,7,65", 3.0),
+    "verify-extra": ("verify_ms", "65", 2.0),
+    "cycles-extra": ("cycles", "3", 7),
+    "verify-nan": ("verify_ms", "26", float("nan")),
+    "verify-zero": ("verify_ms", "1", 0.0),
+    "verify-negative": ("verify_ms", "8", -1.0),
+    "verify-huge": ("verify_ms", "1", 1e9),
+    "verify-below-one": ("verify_ms", "64", 1e-6),
+    "loop-inf": ("loop_ms", None, float("inf")),
+    "loop-huge": ("loop_ms", None, 1e9),
+    "draft-negative": ("draft_ms", "1,1", -0.5),
+    "tau-nan": ("tau", "2,2,5", float("nan")),
+    "tau-below-one": ("tau", "2,2,5", 0.0),
+    "tau-above-N": ("tau", "2,2,5", 9.0),
+    "records-negative": ("calibration_records", None, -1),
+    "records-float": ("calibration_records", None, 1.5),
+    "setting": ("setting", None, "T=1"),
+    "extra-field": ("surprise", None, 1),
+}
+
+
+@pytest.mark.parametrize("entry", list(BAD_ENTRIES.values()), ids=list(BAD_ENTRIES))
+def test_a_bad_cache_entry_is_measured_again_with_a_warning(cache, entry):
+    """Rows 4 and 5 of issue 22: a key missing or extra, a time that is NaN, 0, negative or
+    absurd, a τ̂ outside [1, N], another setting or an extra field: a warning naming the file
+    and the fault, measured again, the same Sizing as the first measurement, the file
+    replaced by a valid one."""
+    auto, calls, folder = cache
+    first = auto()
+    (path,) = folder.glob("*.json")
+    path.write_text(json.dumps(_edit(json.loads(path.read_text()), *entry)))
+    with pytest.warns(UserWarning, match=r"sizing cache file .* is not valid \(.*\); measuring"):
+        again = auto()
+    assert again == first and len(calls) == 2
+    assert auto() == first and len(calls) == 2, "the replaced file did not read back"
+
+
+def test_a_valid_cache_entry_reads_back_without_a_warning(cache, recwarn):
+    """Negative control of the validation: the file a measurement wrote is accepted as is."""
+    auto, calls, _ = cache
+    first = auto()
+    assert auto() == first and len(calls) == 1
+    assert not [w for w in recwarn if "sizing" in str(w.message)]
+
+
+@pytest.mark.parametrize("fault", ["file-for-directory", "unwritable"])
+def test_an_unwritable_cache_is_optional(cache, monkeypatch, fault):
+    """Row 6: a file where the sizing directory should be, or a directory that refuses writes
+    (read-only; simulated, since root writes anyway): the sizes are measured and used, with
+    one warning; nothing is raised."""
+    auto, calls, folder = cache
+    if fault == "file-for-directory":
+        folder.write_text("not a directory")
+    else:
+        folder.mkdir()
+
+        def refuse(self, *args, **kwargs):
+            raise PermissionError(13, "Permission denied", str(self))
+
+        monkeypatch.setattr(Path, "write_text", refuse)
+    with pytest.warns(UserWarning, match="cannot write the sizing cache .* serve this run only"):
+        sized = auto()
+    assert sized.setting == "T=0" and len(calls) == 1
+
+
+def test_an_empty_home_writes_no_cache_at_the_filesystem_root(cache, monkeypatch, tmp_path):
+    """Row 7: HOME empty and MINIEAGLE_CACHE unset: no cache directory (never /.cache), one
+    warning naming MINIEAGLE_CACHE, the sizes measured and used."""
+    from minieagle.cache import cache_root
+
+    auto, calls, _ = cache
+    monkeypatch.delenv("MINIEAGLE_CACHE")
+    monkeypatch.setenv("HOME", "")
+    with pytest.raises(InvalidInputError, match="HOME is empty .* set MINIEAGLE_CACHE"):
+        cache_root()
+    made = []
+    monkeypatch.setattr(Path, "mkdir", lambda self, *a, **k: made.append(self))
+    with pytest.warns(UserWarning, match="set MINIEAGLE_CACHE"):
+        sized = auto()
+    assert sized.setting == "T=0" and len(calls) == 1 and made == []
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_root() == tmp_path / "home" / ".cache" / "minieagle"
 
 
 # ---------------------------------------------------------------------------- drafters

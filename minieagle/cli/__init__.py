@@ -14,16 +14,16 @@ import argparse
 import os
 import sys
 
-from minieagle.cli.flags import (  # the shipped checkpoints, which tests and notebooks use
+from minieagle.cli.flags import check_method_flags
+from minieagle.errors import EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_INTERRUPTED, MinieagleError
+from minieagle.shipped import (  # the shipped checkpoints, which tests and notebooks use
     DEFAULT_DRAFT_MODEL,
     DEFAULT_EAGLE3_HEAD,
     DEFAULT_HEAD,
     DEFAULT_MEDUSA_HEAD,
     DEFAULT_MODEL,
     PRETRAINED,
-    check_method_flags,
 )
-from minieagle.errors import EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_INTERRUPTED, MinieagleError
 
 __all__ = [
     "DEFAULT_DRAFT_MODEL",

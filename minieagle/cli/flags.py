@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import argparse
 import math
-from pathlib import Path
 
 from minieagle.errors import InvalidInputError
-
-PRETRAINED = Path(__file__).parent.parent / "pretrained"
-DEFAULT_MODEL = PRETRAINED / "small"
-DEFAULT_DRAFT_MODEL = PRETRAINED / "small-draft"
-DEFAULT_HEAD = PRETRAINED / "small-eagle1"
-DEFAULT_EAGLE3_HEAD = PRETRAINED / "small-eagle3"
-DEFAULT_MEDUSA_HEAD = PRETRAINED / "small-medusa"
-
+from minieagle.shipped import (
+    DEFAULT_DRAFT_MODEL,
+    DEFAULT_EAGLE3_HEAD,
+    DEFAULT_HEAD,
+    DEFAULT_MEDUSA_HEAD,
+    DEFAULT_MODEL,
+)
 
 # Which method each method flag belongs to; a flag given to another method is an error, not
 # silently ignored. None as the argparse default tells "not given" from "given the default".

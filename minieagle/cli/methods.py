@@ -4,16 +4,14 @@ drafters, validated before the first prompt."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
 from minieagle.cli.flags import (
     DEFAULT_CHAIN_DEPTH,
     DEFAULT_DRAFT_MODEL,
-    DEFAULT_EAGLE3_HEAD,
     DEFAULT_GAMMA,
-    DEFAULT_HEAD,
-    DEFAULT_MEDUSA_HEAD,
 )
 from minieagle.errors import InvalidInputError
 
@@ -27,6 +25,8 @@ def load_target(model_dir: str | Path, device: str = "cpu"):
     from minieagle.checkpoint import load_checkpoint
 
     xp = device_module(device)  # fails before the weights are read when CuPy is missing
+    if sys.stderr.isatty():  # a person waits: say what takes these seconds
+        print(f"[loading {model_dir}]", file=sys.stderr, flush=True)
     params, config, tokenizer = load_checkpoint(model_dir)
     if tokenizer is None:
         raise InvalidInputError(
@@ -44,14 +44,21 @@ def sampling_params(args):
 
 def head_dir(args) -> Path:
     """The head directory for args.method: --head (generate), or in bench and demo, which run
-    every method, --head for the EAGLE-1 head and --eagle3-head for the EAGLE-3 head."""
-    if args.method == "eagle3":
-        chosen = args.eagle3_head if hasattr(args, "eagle3_head") else args.head
-        return Path(chosen or DEFAULT_EAGLE3_HEAD)
-    if args.method == "medusa":  # bench and demo keep --head for the EAGLE-1 head
-        chosen = getattr(args, "medusa_head", None) if hasattr(args, "eagle3_head") else args.head
-        return Path(chosen or DEFAULT_MEDUSA_HEAD)
-    return Path(args.head or DEFAULT_HEAD)
+    every method, --head for the EAGLE-1 head and --eagle3-head for the EAGLE-3 head. A value
+    is a directory or a shipped head's name; none given, the shipped head trained for
+    args.model (`minieagle.shipped.default_head`)."""
+    from minieagle.shipped import default_head, resolve_head
+
+    flag = "--head"
+    if args.method == "eagle3" and hasattr(args, "eagle3_head"):
+        chosen, flag = args.eagle3_head, "--eagle3-head"
+    elif args.method == "medusa" and hasattr(args, "eagle3_head"):  # bench and demo
+        chosen, flag = getattr(args, "medusa_head", None), "--medusa-head"
+    else:
+        chosen = args.head
+    if chosen:
+        return resolve_head(chosen, flag)
+    return default_head(args.method, args.model)
 
 
 def _sizer(args, target, config, head, tokenizer):
@@ -66,7 +73,10 @@ def _sizer(args, target, config, head, tokenizer):
     chosen = {}
     dynamic = args.method in ("eagle2", "eagle3")
     fixed = dict(depth=args.depth, top_k=args.tree_top_k) if dynamic else {}
-    sizing.check_fixed_sizes(**fixed)  # before anything is measured
+    try:
+        sizing.check_fixed_sizes(**fixed)  # before anything is measured
+    except InvalidInputError as error:
+        raise InvalidInputError(in_flag_words(str(error))) from None
     identity = f"{target_fingerprint(args.model)}|{target_fingerprint(head_dir(args))}"
     params, cfg, vocab = (*head, None)[:3]
 
@@ -78,7 +88,7 @@ def _sizer(args, target, config, head, tokenizer):
             )
             chosen[setting] = sizing.auto_size(
                 target, config, params, cfg, vocab, sampling, prompts, identity=identity,
-                progress=sys.stderr.isatty(), chain_only=not dynamic,
+                progress=True, chain_only=not dynamic,
                 sampled_tree=not dynamic or bool(getattr(args, "sampled_tree", None)), **fixed,
             )  # fmt: skip
         return chosen[setting]
@@ -149,5 +159,28 @@ def drafter_factory(args, config, target, tokenizer=None):
             fitted_for = target_fingerprint(head_dir(args))  # refuses another head's map
             kwargs["calibration"] = load_calibration(args.calibration, head=fitted_for)
         kwargs["sampled_tree"] = bool(getattr(args, "sampled_tree", None))
-    build_drafter(method, **kwargs)  # validate now
+    try:
+        build_drafter(method, **kwargs)  # validate now
+    except InvalidInputError as error:
+        raise InvalidInputError(in_flag_words(str(error))) from None
     return lambda: build_drafter(method, **kwargs)
+
+
+# The drafters' parameters as the flags that set them, for messages (`in_flag_words`).
+_FLAG_WORDS = (
+    (re.compile(r"\btop_k=(\S)"), r"--tree-top-k \1"),
+    (re.compile(r"\btop_k\b"), "--tree-top-k"),
+    (re.compile(r"\btotal_tokens=(\S)"), r"--total-tokens \1"),
+    (re.compile(r"\btotal_tokens\b"), "--total-tokens"),
+    (re.compile(r"\bdepth=(\S)"), r"--depth \1"),
+    (re.compile(r"'chain:(\d+)'"), r"--depth \1"),
+    (re.compile(r"\bgamma=(\S)"), r"--gamma \1"),
+)
+
+
+def in_flag_words(message: str) -> str:
+    """A drafter's message with its parameters named as the flags that set them: "top_k=9
+    exceeds total_tokens - 1" becomes "--tree-top-k 9 exceeds --total-tokens - 1"."""
+    for pattern, flag in _FLAG_WORDS:
+        message = pattern.sub(flag, message)
+    return message

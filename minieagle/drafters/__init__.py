@@ -81,7 +81,8 @@ def build_drafter(
     tree ("default", "chain:D" or a path list of child ranks), for "eagle1".
     "eagle2" takes the same target and head, and depth (expansion steps), top_k (candidates
     expanded per level and children per candidate), total_tokens (nodes verified, root
-    included); None means the defaults of `minieagle.drafters.eagle2`.
+    included); None means the defaults of `minieagle.drafters.eagle2`, except that top_k
+    is at most total_tokens - 1 (total_tokens=8 alone drafts with top_k 7).
     "eagle3" drafts through the same dynamic tree with an EAGLE-3 head: head = (head params,
     Eagle3Config, DraftVocab); None sizes mean the EAGLE-3 defaults
     (`minieagle.drafters.eagle2.EAGLE3_DEFAULTS`). Both take the options calibration (a
@@ -125,6 +126,9 @@ def build_drafter(
         sizes = dict(depth=depth, top_k=top_k, total_tokens=total_tokens)
         if sizer is None:
             sizes = {k: defaults[k] if v is None else v for k, v in sizes.items()}
+            fixed = sizes["total_tokens"]
+            if top_k is None and isinstance(fixed, int) and fixed >= 2:
+                sizes["top_k"] = min(sizes["top_k"], fixed - 1)  # a small tree's branching
         return Eagle2Drafter(
             *target, *head, **sizes, calibration=calibration, sampled_tree=sampled_tree,
             sizer=sizer,

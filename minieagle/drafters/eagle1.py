@@ -57,14 +57,17 @@ class Eagle1Drafter(HeadDrafter):
                 "for this machine) or neither"
             )
         self.sizer, self.sizing = sizer, None
-        self.paths = None if sizer else resolve_tree(choices)  # by depth, then ranks
+        # A chain of D drafts is D + 1 tree nodes after at least one prompt token.
+        context = target_config.max_position_embeddings
+        self.max_depth, self.why = context - 2, f"the context holds {context} tokens"
+        self.paths = None if sizer else resolve_tree(choices, self.max_depth, self.why)
 
     def begin(self, prompt_ids, features, sampling) -> None:
         if self.sizer is not None:  # the chain length sized for this setting (minieagle.sizing)
             self.sizing = self.sizer(sampling)
             chain = self.sizing.chain
             self.drafts_nothing = chain == 0  # no chain pays on this machine
-            self.paths = resolve_tree(f"chain:{chain}") if chain else ()
+            self.paths = resolve_tree(f"chain:{chain}", self.max_depth, self.why) if chain else ()
         super().begin(prompt_ids, features, sampling)
 
     def propose(self, root: int, rng: Randomness, max_nodes: int) -> Tree:

@@ -130,6 +130,7 @@ class Eagle2Drafter(HeadDrafter):
         if not isinstance(sampled_tree, bool):
             raise InvalidInputError(f"sampled_tree={sampled_tree!r} must be True or False")
         super().__init__(target_params, target_config, head, head_cfg, vocab)
+        self._check_bounds(total_tokens)
         self.depth, self.top_k, self.total_tokens = depth, top_k, total_tokens
         self.calibration, self.sampled_tree = calibration, sampled_tree
         self.sizer, self.sizing = sizer, None
@@ -155,6 +156,17 @@ class Eagle2Drafter(HeadDrafter):
                 _check_sizes(self.depth, self.top_k, self.total_tokens)
         self.draft_slots = self.depth * self.top_k  # the frontier nodes fed to the head a cycle
         super().begin(prompt_ids, features, sampling)
+
+    def _check_bounds(self, total_tokens) -> None:
+        """total_tokens within the context, so that top_k (<= total_tokens - 1) is bounded by
+        it too: a larger tree never fits, and the expansion's cost grows with top_k squared.
+        (A top_k above the draft vocabulary drafts every token of it: no bound needed.)"""
+        context = self.target_config.max_position_embeddings
+        if total_tokens is not None and total_tokens > context:
+            raise InvalidInputError(
+                f"total_tokens={total_tokens} exceeds the context of {context} tokens "
+                f"(max_position_embeddings); pass total_tokens <= {context}, e.g. 26"
+            )
 
     def propose(self, root: int, rng: Randomness, max_nodes: int) -> Tree:
         self._verified, self.pool, self.selected = None, None, None

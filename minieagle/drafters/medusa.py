@@ -74,14 +74,9 @@ def resolve_medusa_tree(tree, num_heads: int) -> tuple[tuple[int, ...], ...]:
     """The path list for "default" (`DEFAULT_MEDUSA_TREE`), "chain:D" or a list of child-rank
     paths (checked by `static_trees.resolve_tree`), sorted parents first. A path of depth D
     reads head D, so no path may be deeper than num_heads."""
-    paths = DEFAULT_MEDUSA_TREE if tree == "default" else resolve_tree(tree)
-    deepest = max(len(path) for path in paths)
-    if deepest > num_heads:
-        raise InvalidInputError(
-            f"the Medusa tree is {deepest} levels deep but there are {num_heads} heads (one per "
-            f"level); pass a tree at most {num_heads} deep, e.g. 'chain:{num_heads}'"
-        )
-    return tuple(sorted(paths, key=lambda p: (len(p), p)))
+    paths = DEFAULT_MEDUSA_TREE if tree == "default" else tree
+    one_per_level = f"there are {num_heads} heads (one per level)"
+    return resolve_tree(paths, max_depth=num_heads, why=one_per_level)
 
 
 class MedusaDrafter:

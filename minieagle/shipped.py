@@ -1,0 +1,88 @@
+"""The checkpoints shipped inside the package (`minieagle/pretrained/`), and which head a target
+gets by default.
+
+A shipped head is addressed by its directory's name (`--head smollm2-eagle3`), wherever the
+package is installed; any other value is a directory path. Without --head, a method gets the
+shipped head of its kind trained for the target: each head's config.json records its kind
+(`minieagle_head`), its target's shapes (vocab_size, hidden_size), the target's directory
+(`minieagle_target`) and the target's weights fingerprint (`minieagle_target_fingerprint`).
+Among the heads whose shapes fit the target, the one whose fingerprint matches wins, then the
+one whose recorded target directory has the target's directory name (a fresh import of the same
+model can differ in bytes); with none fitting, the small target's head (whose checks then
+explain the mismatch).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from minieagle.errors import MissingFileError
+
+PRETRAINED = Path(__file__).parent / "pretrained"
+DEFAULT_MODEL = PRETRAINED / "small"
+DEFAULT_DRAFT_MODEL = PRETRAINED / "small-draft"
+DEFAULT_HEAD = PRETRAINED / "small-eagle1"
+DEFAULT_EAGLE3_HEAD = PRETRAINED / "small-eagle3"
+DEFAULT_MEDUSA_HEAD = PRETRAINED / "small-medusa"
+
+HEAD_KIND = {"eagle1": "eagle1", "eagle2": "eagle1", "eagle3": "eagle3", "medusa": "medusa"}
+SMALL_HEADS = {"eagle1": DEFAULT_HEAD, "eagle3": DEFAULT_EAGLE3_HEAD, "medusa": DEFAULT_MEDUSA_HEAD}
+
+
+def _config(directory: Path) -> dict:
+    """A shipped checkpoint's config.json ({} when it has none or it does not parse)."""
+    try:
+        data = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def shipped_heads(kind: str | None = None) -> list[Path]:
+    """The shipped head directories (of `kind`: "eagle1", "eagle3" or "medusa"), by name."""
+    heads = []
+    for directory in sorted(PRETRAINED.iterdir()):
+        recorded = _config(directory).get("minieagle_head") if directory.is_dir() else None
+        if recorded is not None and kind in (None, recorded):
+            heads.append(directory)
+    return heads
+
+
+def resolve_head(given: str, flag: str = "--head") -> Path:
+    """The head directory `given` names: a path (anything with a "/", or an existing
+    directory; the loader explains a missing one), else the shipped head of that name
+    (`shipped_heads`); MissingFileError listing the shipped names for an unknown name."""
+    path = Path(given).expanduser()
+    if path.is_dir() or "/" in given or given in ("", ".", ".."):
+        return path
+    if (PRETRAINED / given).is_dir():
+        return PRETRAINED / given
+    names = ", ".join(head.name for head in shipped_heads())
+    raise MissingFileError(
+        f"{flag} {given!r} is neither a directory nor the name of a shipped head; pass a head "
+        f"directory or one of: {names}"
+    )
+
+
+def default_head(method: str, model_dir) -> Path:
+    """The shipped head `method` ("eagle1", "eagle2", "eagle3", "medusa") uses for the target
+    checkpoint `model_dir` when no head is given (see the module docstring)."""
+    kind = HEAD_KIND[method]
+    target = _config(Path(model_dir))
+    fits = [
+        head
+        for head in shipped_heads(kind)
+        if all(_config(head).get(k) == target.get(k) for k in ("vocab_size", "hidden_size"))
+    ]
+    if len(fits) > 1:
+        from minieagle.checkpoint import target_fingerprint
+
+        fingerprint = target_fingerprint(model_dir)
+        same = [h for h in fits if _config(h).get("minieagle_target_fingerprint") == fingerprint]
+        fits = same or fits
+    if len(fits) > 1:
+        name = Path(model_dir).resolve().name
+        same = [h for h in fits if Path(_config(h).get("minieagle_target", "")).name == name]
+        fits = same or fits
+    return fits[0] if fits else SMALL_HEADS[kind]
