@@ -4,10 +4,12 @@ for an EAGLE-1 head (drafting through EAGLE-2's dynamic tree) and an EAGLE-3 hea
 The data are the shards of `minieagle distill` runs (--features): the bundled corpora's training
 splits tiled into windows ("corpus-windows", 2.64M tokens, the unit of the x axis) and the
 target's own text sampled at T = 1 ("corpus" prompts), with the target's hidden states recorded
-as it wrote them. One fixed random order of all their windows (`FeaturePool.pass_order`); the
-point "k x" is the first k x unit tokens of that order, read once (one pass), so every point's
-data is a prefix of the next one's and each point mixes corpus and self-distilled windows in the
-same proportion.
+as it wrote them. The pool is cut into --blocks blocks, each holding the same share of every run's
+shards (so each block mixes corpus and self-distilled windows in the same proportion), read block
+after block, each block in its own fixed random order (`FeaturePool.pass_order`); the point
+"k x" is the first k x unit tokens of that order, read once (one pass). So every point's data is a
+prefix of the next one's, and training can start on the first blocks while the distill run still
+writes the later ones (it waits for a block's shards when it reaches them).
 
 Each head trains once, on the largest point, with a warmup-stable-decay schedule
 (`optim.wsd_lr`: the rate is flat until the last --decay-fraction of a run's steps). Up to the
@@ -24,9 +26,14 @@ Each point's heads are benched as soon as they exist (`compare_methods` through 
 JSON and the plot are rewritten, so they always show the points finished so far.
 
     R=~/.cache/minieagle/runs/tiny
-    OPENBLAS_NUM_THREADS=1 python benchmarks/eagle3_scaling.py --model $R/targets/small \\
-        --features $R/corpus $R/self-T1 --out $R/scaling --heads eagle3 \\
-        --json docs/results/eagle3-scaling.json --plot docs/results/eagle3-scaling.png
+    minieagle distill --target $R/targets/small --out-dir $R/corpus --source corpus-windows \
+        --shards 100000 --keys 2,6,9,final          # 80 shards (2.64M tokens)
+    minieagle distill --target $R/targets/small --out-dir $R/self-T1 --source corpus \
+        --shards 560 --keys 2,6,9,final             # 560 shards (18.5M tokens)
+    OPENBLAS_NUM_THREADS=1 python benchmarks/eagle3_scaling.py --model $R/targets/small \
+        --features $R/corpus $R/self-T1 --planned-shards 80 560 --out $R/scaling \
+        --heads eagle3 --json docs/results/eagle3-scaling.json \
+        --plot docs/results/eagle3-scaling.png
 
 (`--heads eagle1` in a second process trains the other head on the other core; both write the
 same JSON, each its own points.) `--smoke` runs a tiny version on a few shards in seconds.
@@ -36,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -52,9 +60,8 @@ from eagle3_ablation import (
 )
 
 from minieagle.checkpoint import load_checkpoint
-from minieagle.distill import open_shards
+from minieagle.distill import BLOCK, RUN_FILE, complete_shards, shard_dir
 from minieagle.errors import InvalidInputError
-from minieagle.feature_cache import FeaturePool
 from minieagle.train_eagle import branch_from, train_eagle_head
 
 HEADS = {"eagle1": "EAGLE-1 head (EAGLE-2 tree)", "eagle3": "EAGLE-3 head"}
@@ -72,11 +79,42 @@ def decay_steps(steps: int, args) -> int:
     return max(1, round(args.decay_fraction * steps))
 
 
-def head_run(args, head: str, label: str, steps: int, **fields):
-    """The training config of one head run in --out/label."""
+def feature_entries(args, point: float) -> tuple:
+    """The feature entries a run up to `point` reads: the first blocks of the pool (one more
+    than the point needs, for the rounding of shards into blocks), block b holding shards
+    [b n / blocks, (b + 1) n / blocks) of each run of n planned shards, "|" between blocks."""
+    needed = min(args.blocks, math.ceil(point * args.blocks / max(args.point_list)) + 1)
+    entries = []
+    for b in range(needed):
+        for directory, planned in zip(args.features, args.planned, strict=True):
+            lo, hi = b * planned // args.blocks, (b + 1) * planned // args.blocks
+            if hi > lo:
+                entries.append(f"{directory}@{lo}:{hi}")
+        entries.append(BLOCK)
+    return tuple(entries)
+
+
+def wait_for_shards(entries, poll_seconds: float = 60.0) -> None:
+    """Return once every shard the entries name is written (a distill run may still be
+    writing the later blocks), saying what it waits for."""
+    while True:
+        missing = []
+        for entry in entries:
+            if entry != BLOCK:
+                directory, _, span = entry.partition("@")
+                lo, hi = (int(x) for x in span.split(":"))
+                missing += [i for i in range(lo, hi) if not shard_dir(directory, i).is_dir()]
+        if not missing:
+            return
+        print(f"waiting for {len(missing)} feature shards (distill is writing them)", flush=True)
+        time.sleep(poll_seconds)
+
+
+def head_run(args, head: str, label: str, steps: int, point: float, **fields):
+    """The training config of one head run in --out/label, reading the blocks up to `point`."""
     fields.setdefault("lm_head_init", "target" if head == "eagle3" else "random")
     return head_config(
-        args, label, head, steps=steps, data="features", features=tuple(args.features),
+        args, label, head, steps=steps, data="features", features=feature_entries(args, point),
         order="pass", decay_steps=decay_steps(steps, args), **fields,
     )  # fmt: skip
 
@@ -95,6 +133,7 @@ def _train(cfg, progress: bool) -> dict:
     start = time.perf_counter()
     reused = cfg.until == 0 and _finished(cfg)
     if not reused:
+        wait_for_shards(cfg.features)
         train_eagle_head(cfg, resume=True, progress=progress)
     if cfg.until:
         return {}
@@ -124,15 +163,15 @@ def train_points(args, head: str, points, on_point) -> None:
     for point in sorted(points):
         if point != largest:
             label = f"{head}-{point}x"
-            cfg = head_run(args, head, label, point_steps(point, args))
+            cfg = head_run(args, head, label, point_steps(point, args), point)
             if not _finished(cfg):
-                paused = head_run(args, head, main_label, total, until=branch_at[point],
+                paused = head_run(args, head, main_label, total, point, until=branch_at[point],
                                   keep_states=tuple(branch_at.values()))  # fmt: skip
                 _train(paused, progress=not args.smoke)
                 branch_from(paused.out_dir, branch_at[point], cfg.out_dir)
         else:
             label = main_label
-            cfg = head_run(args, head, label, total, keep_states=tuple(branch_at.values()))
+            cfg = head_run(args, head, label, total, point, keep_states=tuple(branch_at.values()))
         on_point(point, _train(cfg, progress=not args.smoke))
 
 
@@ -208,6 +247,12 @@ def main(argv=None) -> dict:
     parser.add_argument(
         "--features", nargs="+", required=True, help="minieagle distill runs to train on"
     )
+    parser.add_argument(
+        "--planned-shards", dest="planned", type=int, nargs="+",
+        help="the shards each --features run will hold when finished (default: what each holds "
+        "now); the pool is cut into --blocks blocks of as many shards of each run",
+    )  # fmt: skip
+    parser.add_argument("--blocks", type=int, default=8, help="blocks of the pool (8)")
     parser.add_argument("--heads", default="eagle1,eagle3", help="comma-separated heads to train")
     parser.add_argument(
         "--points", default="1,2,4,8", help="data points, in units of --unit-tokens"
@@ -223,6 +268,7 @@ def main(argv=None) -> dict:
     apply_smoke(args, "runs/eagle3-scaling-smoke", "runs/eagle3-scaling")
     if args.smoke:
         args.unit_tokens = SMOKE["seq_len"] * 2 * 4  # 4 batches of the smoke's 2 windows
+        args.blocks = 2
     heads = [h.strip() for h in args.heads.split(",")]
     for head in heads:
         if head not in HEADS:
@@ -230,12 +276,23 @@ def main(argv=None) -> dict:
     points = sorted({float(p) if "." in p else int(p) for p in args.points.split(",")})
     if not 0 < args.decay_fraction < 1:
         raise InvalidInputError(f"--decay-fraction {args.decay_fraction} must lie in (0, 1)")
-    pool = FeaturePool(open_shards(args.features))
-    needed = max(points) * args.unit_tokens / (args.seq_len + 1)
-    if needed > len(pool):
+    args.point_list = points
+    if args.planned is None:
+        args.planned = [len(complete_shards(d)) for d in args.features]
+    if len(args.planned) != len(args.features) or min(args.planned) < args.blocks:
         raise InvalidInputError(
-            f"the point {max(points)}x needs {needed:.0f} windows; the feature runs hold "
-            f"{len(pool)}: distill more shards or pass smaller --points"
+            f"--planned-shards {args.planned}: give one count per --features run, each at least "
+            f"--blocks {args.blocks}"
+        )
+    windows = sum(
+        n * json.loads((Path(d) / RUN_FILE).read_text())["shard_windows"]
+        for d, n in zip(args.features, args.planned, strict=True)
+    )  # fmt: skip
+    needed = max(points) * args.unit_tokens / (args.seq_len + 1)
+    if needed > windows:
+        raise InvalidInputError(
+            f"the point {max(points)}x needs {needed:.0f} windows; the feature runs will hold "
+            f"{windows}: distill more shards or pass smaller --points"
         )
     out = Path(args.out)
     json_path = Path(args.json or out / "scaling.json")
@@ -255,9 +312,10 @@ def main(argv=None) -> dict:
             "point": point, "tokens": steps * args.batch_size * (args.seq_len + 1),
             "steps": steps, "method": method, **record, **summarise(bench, label),
         })  # fmt: skip
-        shared = ("model", "features", "unit_tokens", "decay_fraction", "batch_size", "seq_len",
-                  "lr", "warmup_steps", "ttt_steps", "seed", "depth", "top_k", "total_tokens",
-                  "prompts_per_kind", "new_tokens", "repeats", "smoke")  # fmt: skip
+        shared = ("model", "features", "planned", "blocks", "unit_tokens", "decay_fraction",
+                  "batch_size", "seq_len", "lr", "warmup_steps", "ttt_steps", "seed", "depth",
+                  "top_k", "total_tokens", "prompts_per_kind", "new_tokens", "repeats",
+                  "smoke")  # fmt: skip
         results["config"] = {name: getattr(args, name) for name in shared}
         results["plot"] = str(plot_path)
         plot(results["points"], plot_path)

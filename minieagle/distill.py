@@ -430,16 +430,64 @@ def run_distill(cfg: DistillConfig, *, progress: bool = True, target=None) -> di
     }
 
 
-def open_shards(directories) -> list[FeatureCache]:
-    """The complete shards of one or more runs (each a `FeatureCache`), run by run, in order."""
+def _parse_entry(entry: str) -> tuple[Path, slice]:
+    """"DIR" (every complete shard) or "DIR@START:STOP" (shards START .. STOP - 1)."""
+    directory, _, span = str(entry).partition("@")
+    if not span:
+        return Path(directory), slice(None)
+    try:
+        start, stop = (int(x) for x in span.split(":"))
+    except ValueError:
+        raise InvalidInputError(
+            f"feature entry {entry!r}: write DIR or DIR@START:STOP (shard indices, e.g. "
+            f"{directory}@0:10)"
+        ) from None
+    return Path(directory), slice(start, stop)
+
+
+def open_shards(entries) -> list[FeatureCache]:
+    """The shards of one or more distill runs (each a `FeatureCache`), in the order given.
+    An entry is a run directory (its complete shards, in order) or "DIR@START:STOP" (shards
+    START .. STOP - 1, each of which must be complete)."""
     caches = []
-    for directory in directories:
-        if not (Path(directory) / RUN_FILE).is_file():
+    for entry in entries:
+        directory, span = _parse_entry(entry)
+        if not (directory / RUN_FILE).is_file():
             raise InvalidInputError(
                 f"{directory} is not a distillation run (no {RUN_FILE}); make one with "
                 "`minieagle distill` or pass its directory"
             )
-        for shard in complete_shards(directory):
+        if span == slice(None):
+            shards = complete_shards(directory)
+        else:
+            shards = [shard_dir(directory, i) for i in range(span.start, span.stop)]
+            missing = [p.name for p in shards if not p.is_dir()]
+            if missing:
+                raise InvalidInputError(
+                    f"{entry}: {len(missing)} shards are not written yet ({missing[0]} ...); "
+                    "wait for the distill run, or pass fewer"
+                )
+        for shard in shards:
             caches.append(FeatureCache(shard, json.loads((shard / "meta.json").read_text())))
     return caches
 
+
+BLOCK = "|"  # in a list of feature entries: the end of a block (FeaturePool.pass_order)
+
+
+def open_pool(entries, limit: int = 0):
+    """A `FeaturePool` of the entries (see `open_shards`); the entry "|" ends a block: a pass
+    reads block after block, each in its own random order, so a run can read its first blocks
+    while a distill run is still writing the later ones."""
+    from minieagle.feature_cache import FeaturePool
+
+    blocks, current = [], []
+    for entry in [*entries, BLOCK]:
+        if entry == BLOCK:
+            if current:
+                blocks.append(open_shards(current))
+            current = []
+        else:
+            current.append(entry)
+    caches = [cache for block in blocks for cache in block]
+    return FeaturePool(caches, limit, block_sizes=[len(block) for block in blocks])

@@ -165,9 +165,11 @@ class FeaturePool:
     """Many feature caches (the shards of `distill` runs, corpus windows beside the target's own
     text) read as one: window i of the pool is window i - offset of the cache holding it.
     `keys`: the hidden states every cache holds. `limit` > 0 keeps the first `limit` windows (a
-    data budget: the scaling experiment's points are prefixes of one pool)."""
+    data budget: the scaling experiment's points are prefixes of one pool). block_sizes: how
+    many caches each block holds, in order (default one block): `pass_order` shuffles within
+    blocks, and the token counts come from the first block alone."""
 
-    def __init__(self, caches: list, limit: int = 0):
+    def __init__(self, caches: list, limit: int = 0, block_sizes=None):
         if not caches:
             raise InvalidInputError(
                 "no complete feature shard found; run `minieagle distill` first (or wait for its "
@@ -185,6 +187,14 @@ class FeaturePool:
                 "window length (one seq_len)"
             )
         self.window_tokens = widths.pop()
+        block_sizes = list(block_sizes or [len(self.caches)])
+        if sum(block_sizes) != len(self.caches) or min(block_sizes) < 1:
+            raise InvalidInputError(
+                f"block_sizes={block_sizes} must be positive and add up to the {len(self.caches)} "
+                "caches"
+            )
+        ends = self.offsets[np.cumsum(block_sizes)]  # windows at the end of each block
+        self.block_bounds = np.minimum(np.concatenate([[0], ends]), self.size)  # [blocks + 1]
         self.keys = tuple(k for k in self.caches[0].keys if all(k in c.keys for c in self.caches))
 
     def __len__(self) -> int:
@@ -204,18 +214,26 @@ class FeaturePool:
         return np.stack(windows), {key: np.stack(v) for key, v in hidden.items()}
 
     def pass_order(self, seed: int) -> np.ndarray:
-        """A fixed random order of the pool's windows: batch k of a one-pass run reads entries
-        [k B, (k + 1) B) of it, so every window is seen once per pass."""
-        return np.random.default_rng([seed, 7]).permutation(self.size)
+        """A fixed order of the pool's windows: batch k of a one-pass run reads entries
+        [k B, (k + 1) B) of it, so every window is seen once per pass. Block after block, each
+        shuffled by its own generator: a block's order does not depend on the blocks after it
+        (nor on whether they exist yet)."""
+        parts = []
+        bounds = self.block_bounds
+        for b, (start, stop) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+            rng = np.random.default_rng([seed, 7, b])
+            parts.append(start + rng.permutation(int(stop - start)))
+        return np.concatenate(parts)
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
         """Random window indices, drawn uniformly from the pool."""
         return rng.integers(0, self.size, batch_size)
 
     def token_counts(self, vocab_size: int) -> np.ndarray:
-        """How often each token id occurs in the pool's windows: int64 [V]."""
+        """How often each token id occurs in the windows of the first block: int64 [V] (the
+        first block, so that a run that grows by blocks keeps the counts it started with)."""
         counts = np.zeros(vocab_size, dtype=np.int64)
-        remaining = self.size
+        remaining = int(self.block_bounds[1])
         for cache in self.caches:
             take = min(len(cache), remaining)
             if take <= 0:

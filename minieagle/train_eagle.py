@@ -624,9 +624,9 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
         _require_stream_length(val_streams[corpus], f"{corpus} val", cfg.seq_len)
     pool = None
     if cfg.data == "features":  # recorded shards; validation stays on the corpora
-        from minieagle.distill import open_shards
+        from minieagle.distill import open_pool
 
-        pool = FeaturePool(open_shards(cfg.features), cfg.max_windows)
+        pool = open_pool(cfg.features, cfg.max_windows)
         if pool.window_tokens != cfg.seq_len + 1:
             raise InvalidInputError(
                 f"the feature shards hold windows of {pool.window_tokens} tokens, not seq_len + "
