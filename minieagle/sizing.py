@@ -282,21 +282,34 @@ def tree_drafter(target, config, head, head_cfg, vocab, top_k: int, depth: int,
     )  # fmt: skip
 
 
-def _propose_ms(target, config, prompts, sampling, make_drafter, new_tokens: int = 12) -> float:
-    """Median ms of one drafter's propose over a short decoding (`new_tokens`) of the first
-    two prompts (the first cycle, whose catch-up reads the whole prompt, left out), or with
-    make_drafter None, median ms per vanilla token."""
+def _propose_ms(target, config, prompts, sampling, make_drafter, new_tokens: int = 12,
+                cycles: int = 4) -> float:  # fmt: skip
+    """Median ms of one drafter's propose over a short decoding of the first prompts (at most
+    `cycles` proposals after the first of each prompt, whose catch-up reads the whole
+    prompt), or with make_drafter None, median ms per vanilla token over `new_tokens` tokens
+    of each of the first two prompts."""
     from minieagle.generate import generate
 
     times = []
     for i, (_, ids) in enumerate(prompts[:2]):
         timed = None if make_drafter is None else _TimedDrafter(make_drafter())
-        result = generate(target, config, ids, drafter=timed, max_new_tokens=new_tokens,
-                          sampling=sampling, seed=i, stop_at_eos=False)  # fmt: skip
+
+        def enough(_tokens, timed=timed):
+            if timed is not None and len(timed.propose_ms) > cycles:
+                raise _OutOfTime
+
+        try:
+            result = generate(target, config, ids, drafter=timed, max_new_tokens=new_tokens,
+                              sampling=sampling, seed=i, stop_at_eos=False,
+                              on_tokens=enough)  # fmt: skip
+        except _OutOfTime:
+            result = None
         if timed is None:
             times.append(1e3 * result.decode_seconds / max(1, len(result.tokens)))
         else:
             times += timed.propose_ms[1:]
+        if len(times) >= cycles:
+            break
     return statistics.median(times)
 
 
