@@ -173,6 +173,7 @@ _FLAG_WORDS = (
     (re.compile(r"\btotal_tokens=(\S)"), r"--total-tokens \1"),
     (re.compile(r"\btotal_tokens\b"), "--total-tokens"),
     (re.compile(r"\bdepth=(\S)"), r"--depth \1"),
+    (re.compile(r"\bdepth <="), "--depth <="),
     (re.compile(r"'chain:(\d+)'"), r"--depth \1"),
     (re.compile(r"\bgamma=(\S)"), r"--gamma \1"),
 )
