@@ -57,7 +57,9 @@ _UNTIED_HINT = (
 )
 
 
-def _minieagle_version() -> str:
+def minieagle_version() -> str:
+    """The installed minieagle's version, recorded in every file it writes ("unknown" when run
+    from a source tree that was never installed)."""
     try:
         from importlib.metadata import version
 
@@ -76,7 +78,7 @@ def config_to_hf_dict(config: LlamaConfig, dtype: str = "float32", pad_token_id=
     d.update(hidden_act="silu", attention_bias=False, mlp_bias=False, pad_token_id=pad_token_id)
     d["rope_parameters"] = {"rope_type": "default", "rope_theta": float(config.rope_theta)}
     d.update(rope_theta=float(config.rope_theta), rope_scaling=None)
-    d.update(dtype=dtype, torch_dtype=dtype, minieagle_version=_minieagle_version())
+    d.update(dtype=dtype, torch_dtype=dtype, minieagle_version=minieagle_version())
     return d
 
 
@@ -278,8 +280,9 @@ def storage_dtype(dtype) -> str:
 def write_tensors(path: Path, tensors: dict, dtype: str, metadata: dict | None = None) -> None:
     """Save `tensors` as safetensors at `path`: floating tensors cast to `dtype` (refusing values
     that overflow it), integer and bool buffers (EAGLE-3's d2t, t2d) as they are. The header
-    carries `metadata` and the format tag "pt": transformers 4.x refuses any other tag ("np"
-    included); files that earlier versions wrote with "np" still load here, which never reads it."""
+    carries `metadata`, the `minieagle_version` that wrote it, and the format tag "pt":
+    transformers 4.x refuses any other tag ("np" included); files that earlier versions wrote
+    with "np" still load here, which never reads it."""
     cast = {}
     with np.errstate(over="ignore"):
         for name, value in tensors.items():
@@ -290,7 +293,8 @@ def write_tensors(path: Path, tensors: dict, dtype: str, metadata: dict | None =
     for name, tensor in cast.items():
         if np.issubdtype(tensor.dtype, np.floating) and not np.isfinite(tensor).all():
             raise InvalidInputError(f"tensor {name!r} overflows {dtype}; save as float32 instead")
-    save_file(cast, str(path), metadata={**(metadata or {}), "format": "pt"})
+    header = {**(metadata or {}), "minieagle_version": minieagle_version(), "format": "pt"}
+    save_file(cast, str(path), metadata=header)
 
 
 def _swap_into_place(new: Path, directory: Path) -> None:
@@ -372,7 +376,7 @@ def save_checkpoint(
             f"pad_token_id={pad_token_id} is outside [0, vocab_size={config.vocab_size}); pass "
             "the tokenizer's padding id, or None for a model without one"
         )
-    header = {"minieagle_version": _minieagle_version(), **(metadata or {})}
+    header = dict(metadata or {})
     bad = {k: v for k, v in header.items() if not (isinstance(k, str) and isinstance(v, str))}
     if bad:
         raise InvalidInputError(
@@ -537,17 +541,29 @@ FINGERPRINT_KEY = "minieagle_target_fingerprint"  # target_fingerprint of that t
 
 
 def target_fingerprint(target_dir) -> str:
-    """The identity of a target checkpoint: the first 16 hex digits of the sha256 of its
-    `model.safetensors` bytes. Read afresh on every call (a file may change)."""
+    """The identity of a target checkpoint's weights: the first 16 hex digits of the sha256 of
+    its `model.safetensors` less the header's metadata: each tensor's entry (name, dtype, shape,
+    byte range; JSON with sorted keys), then the data bytes. The metadata (version, import notes)
+    is left out because safetensors writes it in no fixed order, so the same weights saved twice
+    would otherwise differ, and because it does not change what the target computes. Read afresh
+    on every call (a file may change)."""
     path = Path(target_dir) / WEIGHTS_FILE
     _require_file(path, "pass the directory of the target checkpoint")
     digest = hashlib.sha256()
     try:
         with open(path, "rb") as f:
+            length = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(length)) if length <= path.stat().st_size else None
+            if not isinstance(header, dict):
+                raise InvalidInputError(f"{path} has no safetensors header; re-save it")
+            header.pop("__metadata__", None)
+            digest.update(json.dumps(header, sort_keys=True).encode())
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
     except OSError as e:
         raise _unreadable(path, e) from e
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InvalidInputError(f"{path} is truncated or corrupt ({e}); re-save it") from e
     return digest.hexdigest()[:16]
 
 
