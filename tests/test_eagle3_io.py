@@ -553,9 +553,9 @@ def test_missing_files_are_missing(tmp_path):
 
 def test_a_head_used_with_another_target_warns(tmp_path):
     target, other = tmp_path / "target", tmp_path / "other"
-    for directory, content in ((target, b"the target"), (other, b"another target")):
+    for directory, value in ((target, 1.0), (other, 2.0)):  # two targets' weights
         directory.mkdir()
-        (directory / "model.safetensors").write_bytes(content)
+        save_file({"w": np.full(3, value, np.float32)}, str(directory / "model.safetensors"))
     head_dir, _ = _saved(tmp_path, target_dir=target)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -67,7 +67,7 @@ EDGE_CASES = [
 
 # the shipped tokenizers, loaded once
 SHIPPED = {
-    "small": PRETRAINED / "small" / "tokenizer.json",
+    "small": PRETRAINED / "small" / "minieagle_tokenizer.json",
     "512": PRETRAINED / "tokenizer-512.json",
     "320": PRETRAINED / "tokenizer-320.json",
 }

@@ -262,13 +262,38 @@ def other_target(tmp_path):
     return save_target(tmp_path / "other", model.init_params(NANO, seed=5), NANO)
 
 
+def _weights_digest(path) -> str:
+    """sha256 of a safetensors file less its header's metadata: the tensor entries (sorted JSON)
+    then the data bytes, as the file format lays them out."""
+    data = path.read_bytes()
+    length = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + length])
+    del header["__metadata__"]
+    entries = json.dumps(header, sort_keys=True).encode()
+    return hashlib.sha256(entries + data[8 + length :]).hexdigest()[:16]
+
+
 def test_a_head_records_the_fingerprint_of_its_target(tmp_path, target):
     save_head(tmp_path / "h", init_head(HEAD_CFG, seed=1), HEAD_CFG, target_dir=target)
     config = json.loads((tmp_path / "h" / "config.json").read_text())
-    digest = hashlib.sha256((target / "model.safetensors").read_bytes()).hexdigest()[:16]
+    digest = _weights_digest(target / "model.safetensors")
     assert config["minieagle_target_fingerprint"] == digest
     assert checkpoint.target_fingerprint(target) == digest
     assert config["minieagle_target"] == str(target)
+
+
+def test_the_same_weights_saved_again_keep_their_fingerprint(tmp_path):
+    """safetensors writes header metadata in no fixed order, and a re-save or a fresh import
+    records another version or notes: none of it may change a target's identity (else a shipped
+    head warns on every machine that imports its target afresh). Other weights still differ."""
+    params = model.init_params(NANO, seed=3)
+    notes = {f"note_{i}": f"text {i}" for i in range(8)}
+    first = checkpoint.target_fingerprint(save_target(tmp_path / "a", params, NANO))
+    for k in range(3):
+        again = save_target(tmp_path / f"b{k}", params, NANO, metadata=notes)
+        assert checkpoint.target_fingerprint(again) == first
+    changed = dict(params, **{"model.norm.weight": params["model.norm.weight"] * 2})
+    assert checkpoint.target_fingerprint(save_target(tmp_path / "c", changed, NANO)) != first
 
 
 def test_a_head_used_with_another_target_warns(tmp_path, target, other_target):

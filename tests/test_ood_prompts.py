@@ -33,7 +33,7 @@ def records() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Tokenizer:
-    return Tokenizer.load(DEFAULT_MODEL / "tokenizer.json")
+    return Tokenizer.load(DEFAULT_MODEL / "minieagle_tokenizer.json")
 
 
 @pytest.fixture(scope="module")

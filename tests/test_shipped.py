@@ -12,7 +12,7 @@ from safetensors import safe_open
 
 from minieagle.bench import heldout_prompts
 from minieagle.checkpoint import load_checkpoint, save_checkpoint
-from minieagle.cli import DEFAULT_DRAFT_MODEL, DEFAULT_MODEL
+from minieagle.cli import DEFAULT_DRAFT_MODEL, DEFAULT_MODEL, PRETRAINED
 from minieagle.drafters.draft_model import DraftModelDrafter
 from minieagle.generate import generate
 from minieagle.train import evaluate, token_stream
@@ -126,3 +126,42 @@ def test_greedy_eagle_equals_greedy_vanilla_on_heldout_prompts(shipped_float64, 
         assert spec.tokens == vanilla.tokens
         accepted += sum(spec.accepted_per_cycle)
     assert accepted > 0
+
+
+# ------------------------------------------------------ every shipped file, in today's formats
+
+SHIPPED_FILES = sorted(
+    str(path.relative_to(PRETRAINED)) for path in PRETRAINED.rglob("*") if path.is_file()
+)
+
+
+@pytest.mark.parametrize("name", SHIPPED_FILES)
+def test_every_shipped_file_is_in_the_current_formats(name):
+    """What a user downloads with the package is what today's code writes: safetensors headers
+    tagged "pt" (transformers 4.x refuses "np"), a Hugging Face tokenizer.json that the
+    `tokenizers` library reads (ours beside it in minieagle_tokenizer.json), the version that
+    wrote each file. A file of no known kind fails too, so a new kind is checked when added."""
+    import tokenizers
+
+    from minieagle.tokenizer import FORMAT, Tokenizer
+
+    path = PRETRAINED / name
+    if path.name == "model.safetensors":
+        with safe_open(path, framework="np") as f:
+            header = f.metadata()
+        assert header["format"] == "pt"
+        assert header["minieagle_version"] not in ("", "unknown")
+    elif path.name == "config.json":
+        assert json.loads(path.read_text())["minieagle_version"] not in ("", "unknown")
+    elif path.name == "tokenizer.json":  # the HF export, encoding as ours does
+        hf = tokenizers.Tokenizer.from_file(str(path))
+        ours = Tokenizer.load(path.with_name("minieagle_tokenizer.json"))
+        text = "def read_config(path):\n    return json.load(open(path))  # café, naïve ✓"
+        assert hf.encode(text, add_special_tokens=False).ids == ours.encode(text)
+    elif path.name == "tokenizer_config.json":
+        assert json.loads(path.read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
+    elif path.name == "minieagle_tokenizer.json" or path.parent == PRETRAINED:
+        assert json.loads(path.read_text())["format"] == FORMAT  # our own, standalone
+        assert Tokenizer.load(path).vocab_size > 256
+    else:
+        pytest.fail(f"{name}: a shipped file of no known kind; add its format check here")

@@ -29,7 +29,7 @@ Passages:
 
 A passage is cut to at most `_MAX_CHARS` characters: prose at the last sentence end (or space),
 code at the last whole line. It must encode to at least `_MIN_TOKENS` tokens of the shipped
-tokenizer (`pretrained/small/tokenizer.json`), so a 32-token prompt leaves at least 32 tokens of
+tokenizer (`pretrained/small/minieagle_tokenizer.json`), so a 32-token prompt leaves at least 32 tokens of
 reference continuation, and it may share no run of 59 characters (`_WINDOW + _STRIDE - 1`) with
 either corpus, any split (`_Checker.in_corpora`): the prompts are out of domain by construction.
 
@@ -67,7 +67,7 @@ from minieagle.data import CORPORA, SPLITS, load_text
 from minieagle.errors import InvalidInputError, MissingFileError
 
 _OUT = Path(__file__).resolve().parent
-_TOKENIZER = _OUT.parent / "pretrained" / "small" / "tokenizer.json"
+_TOKENIZER = _OUT.parent / "pretrained" / "small" / "minieagle_tokenizer.json"
 
 _SEED = 2024
 _PER_PACKAGE = 6  # per kind: 4 packages x 6 = 24 prose and 24 code passages

@@ -36,6 +36,7 @@ from minieagle.checkpoint import (
     check_head_tensors,
     check_trained_for,
     config_value,
+    minieagle_version,
     read_config_json,
     read_tensors,
     storage_dtype,
@@ -318,6 +319,7 @@ def save_medusa_heads(directory, heads: dict, cfg: MedusaConfig, *, target_dir=N
         "vocab_size": cfg.vocab_size,
         "medusa_own_lm_head": cfg.own_lm_head,  # False: the target's LM head, shared, frozen
         "dtype": dtype,
+        "minieagle_version": minieagle_version(),
     }
     if target_dir is not None:
         config.update(target_record(target_dir))
