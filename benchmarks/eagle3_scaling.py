@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -79,18 +78,35 @@ def decay_steps(steps: int, args) -> int:
     return max(1, round(args.decay_fraction * steps))
 
 
-def feature_entries(args, point: float) -> tuple:
-    """The feature entries a run up to `point` reads: the first blocks of the pool (one more
-    than the point needs, for the rounding of shards into blocks), block b holding shards
-    [b n / blocks, (b + 1) n / blocks) of each run of n planned shards, "|" between blocks."""
-    needed = min(args.blocks, math.ceil(point * args.blocks / max(args.point_list)) + 1)
-    entries = []
-    for b in range(needed):
-        for directory, planned in zip(args.features, args.planned, strict=True):
-            lo, hi = b * planned // args.blocks, (b + 1) * planned // args.blocks
+def _block_ranges(args, b: int) -> list:
+    """[(run directory, first shard, stop)] of block b: the same share of every run's planned
+    shards."""
+    return [
+        (directory, b * planned // args.blocks, (b + 1) * planned // args.blocks)
+        for directory, planned in zip(args.features, args.planned, strict=True)
+    ]
+
+
+def _shard_windows(directory, index: int) -> int:
+    """Windows of a shard: as written, or the run's shard size while it is still to come."""
+    meta = shard_dir(directory, index) / "meta.json"
+    if meta.is_file():
+        return json.loads(meta.read_text())["windows"]
+    return json.loads((Path(directory) / RUN_FILE).read_text())["shard_windows"]
+
+
+def feature_entries(args, windows: int) -> tuple:
+    """The feature entries of a run that reads the first `windows` windows of the pool: the
+    fewest first blocks that hold them, "|" between blocks."""
+    entries, held = [], 0
+    for b in range(args.blocks):
+        for directory, lo, hi in _block_ranges(args, b):
             if hi > lo:
                 entries.append(f"{directory}@{lo}:{hi}")
+                held += sum(_shard_windows(directory, i) for i in range(lo, hi))
         entries.append(BLOCK)
+        if held >= windows:
+            break
     return tuple(entries)
 
 
@@ -110,11 +126,12 @@ def wait_for_shards(entries, poll_seconds: float = 60.0) -> None:
         time.sleep(poll_seconds)
 
 
-def head_run(args, head: str, label: str, steps: int, point: float, **fields):
-    """The training config of one head run in --out/label, reading the blocks up to `point`."""
+def head_run(args, head: str, label: str, steps: int, **fields):
+    """The training config of one head run in --out/label, reading the blocks it reaches."""
     fields.setdefault("lm_head_init", "target" if head == "eagle3" else "random")
+    reads = (fields.get("until") or steps) * args.batch_size  # windows read by its last step
     return head_config(
-        args, label, head, steps=steps, data="features", features=feature_entries(args, point),
+        args, label, head, steps=steps, data="features", features=feature_entries(args, reads),
         order="pass", decay_steps=decay_steps(steps, args), **fields,
     )  # fmt: skip
 
@@ -163,15 +180,15 @@ def train_points(args, head: str, points, on_point) -> None:
     for point in sorted(points):
         if point != largest:
             label = f"{head}-{point}x"
-            cfg = head_run(args, head, label, point_steps(point, args), point)
+            cfg = head_run(args, head, label, point_steps(point, args))
             if not _finished(cfg):
-                paused = head_run(args, head, main_label, total, point, until=branch_at[point],
+                paused = head_run(args, head, main_label, total, until=branch_at[point],
                                   keep_states=tuple(branch_at.values()))  # fmt: skip
                 _train(paused, progress=not args.smoke)
                 branch_from(paused.out_dir, branch_at[point], cfg.out_dir)
         else:
             label = main_label
-            cfg = head_run(args, head, label, total, point, keep_states=tuple(branch_at.values()))
+            cfg = head_run(args, head, label, total, keep_states=tuple(branch_at.values()))
         on_point(point, _train(cfg, progress=not args.smoke))
 
 
@@ -276,7 +293,6 @@ def main(argv=None) -> dict:
     points = sorted({float(p) if "." in p else int(p) for p in args.points.split(",")})
     if not 0 < args.decay_fraction < 1:
         raise InvalidInputError(f"--decay-fraction {args.decay_fraction} must lie in (0, 1)")
-    args.point_list = points
     if args.planned is None:
         args.planned = [len(complete_shards(d)) for d in args.features]
     if len(args.planned) != len(args.features) or min(args.planned) < args.blocks:
