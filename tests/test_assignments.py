@@ -9,6 +9,7 @@ Each grading runs the assignment's tests in a fresh interpreter, so these tests 
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -18,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from minieagle.assignments import grader, overlay, solutions
+from minieagle.assignments import grader, overlay, release, solutions
 from minieagle.cli import main
 
 ASSIGNMENTS = [name for name in grader.NAMES if (grader.HERE / name / "__init__.py").exists()]
 LIBRARY = grader.LIBRARY
+NOTEBOOKS = release.REPOSITORY / "notebooks"
 
 
 def test_every_assignment_is_present():
@@ -206,8 +208,12 @@ def test_student_folder_has_no_solution_and_passes_only_once_filled_in(name, tmp
         for line in solutions.solution_text(source, name):
             if len(line) >= 12 and line not in outside:
                 assert line not in text, f"solution line of {file} in the student folder: {line!r}"
-    assert "answers" not in {p.stem for p in folder.rglob("*")}, "instructor answers were copied"
-    assert not any(folder.glob("test_hidden*")), "hidden tests were copied"
+    assert not _instructor_lines(text), "instructor material was copied"
+    answers = (folder / "ANSWERS.md").read_text(encoding="utf-8")
+    handout = (assignment.folder / "handout.md").read_text(encoding="utf-8")
+    questions = handout.split("## Written questions")[1]
+    count = len(re.findall(r"^\d+\. ", questions, flags=re.M))
+    assert count >= 3 and answers.count("Your answer:") == count, answers
 
     untouched = _public_tests(folder)
     assert untouched.returncode == 1, untouched.stdout[-2000:]  # 1: tests ran and failed
@@ -250,3 +256,140 @@ def test_check_table_shows_each_graded_variant():
 def test_cli_check_refuses_an_unknown_assignment(capsys):
     assert main(["assignment", "check", "nope"]) == 2
     assert "no assignment called 'nope'" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- the student edition
+
+
+def _instructor_lines(text: str) -> list[str]:
+    """Distinctive lines of the instructor-only files (hidden tests, answers, planted bugs,
+    notebook answers) that occur in `text`: what no student edition may hold."""
+    sources = [*LIBRARY.rglob("*.py"), *NOTEBOOKS.glob("*.py")]
+    public = "\n".join(
+        p.read_text(encoding="utf-8")
+        for p in sources
+        if p.is_relative_to(NOTEBOOKS)
+        or not release.instructor_only(p.relative_to(LIBRARY).as_posix())
+    )
+    found = []
+    for path in LIBRARY.rglob("*"):
+        if path.is_file() and release.instructor_only(path.relative_to(LIBRARY).as_posix()):
+            for line in path.read_text(encoding="utf-8").splitlines():
+                line = line.strip()
+                if len(line) >= 40 and line not in public and line in text:
+                    found.append(f"{path.name}: {line}")
+    return found
+
+
+@functools.cache
+def _edition(tmp: Path) -> Path:
+    return release.release(tmp / "edition", ASSIGNMENTS)
+
+
+@pytest.fixture(scope="module")
+def edition(tmp_path_factory) -> Path:
+    return _edition(tmp_path_factory.mktemp("release"))
+
+
+_TEXT = (".py", ".md", ".toml", ".txt")
+
+
+@functools.cache
+def _distinctive_solution_lines(names: tuple[str, ...]) -> set[tuple[str, str]]:
+    """{(file name, line)}: the lines inside `names`' regions, in the library and the notebooks,
+    that the public code does not also hold (a line such as `node = child` is no leak)."""
+    paths = [*LIBRARY.rglob("*.py"), *NOTEBOOKS.glob("*.py")]
+    sources = {p: p.read_text(encoding="utf-8") for p in paths}
+    public = "\n".join(solutions.edition(source, names) for source in sources.values())
+    return {
+        (path.name, line)
+        for path, source in sources.items()
+        for name in names
+        for line in solutions.solution_text(source, name)
+        if len(line) >= 12 and line not in public
+    }
+
+
+def test_student_edition_holds_no_solution_line_hidden_test_or_answer(edition):
+    """Every line inside a released region (and not elsewhere in the public code) is absent, and
+    so is every distinctive line of the hidden tests, answers, planted bugs and notebook answers."""
+    files = [p for p in edition.rglob("*") if p.is_file()]
+    assert not any("instructor" in p.parts or "notebook_answers" in p.parts for p in files)
+    text = "\n".join(p.read_text(encoding="utf-8") for p in files if p.suffix in _TEXT)
+    leaked = _instructor_lines(text)
+    assert not leaked, f"instructor material in the student edition: {leaked[:3]}"
+    sources = {
+        p: p.read_text(encoding="utf-8") for p in [*LIBRARY.rglob("*.py"), *NOTEBOOKS.glob("*.py")]
+    }
+    public = "\n".join(solutions.edition(source, ASSIGNMENTS) for source in sources.values())
+    lines = {
+        (path.name, line)
+        for path, source in sources.items()
+        for name in ASSIGNMENTS
+        for line in solutions.solution_text(source, name)
+        if len(line) >= 12 and line not in public  # a line the public code holds anyway is no leak
+    }
+    assert len(lines) > 200, f"only {len(lines)} solution lines were looked for"
+    found = sorted((name, line) for name, line in lines if line in text)
+    assert not found, f"solution lines in the student edition: {found[:3]}"
+
+
+def test_student_edition_stubs_the_notebooks_solving_cells(edition):
+    notebook = (edition / "notebooks" / "02_speculative_sampling.py").read_text(encoding="utf-8")
+    assert 'raise NotImplementedError("verifier: this part is yours to write")' in notebook
+    kept, solved = "def verify_by_hand(" in notebook, "r = np.maximum(p - q, 0.0)" in notebook
+    assert kept and not solved, "notebook 02's by-hand verifier must be a stub in the edition"
+
+
+def test_student_edition_runs_as_a_library_with_the_parts_stubbed(edition):
+    """Imported from the edition: the stubs raise, the assignments list, and their specs hold no
+    planted bugs or hidden tests."""
+    code = (
+        "import numpy as np\n"
+        "from minieagle.assignments import grader\n"
+        "from minieagle.verify import acceptance_probability\n"
+        "assert grader.LIBRARY.parent.name == 'edition', grader.LIBRARY\n"
+        "assert all(grader.get(n).planted_bugs == () for n in grader.NAMES)\n"
+        "assert set(grader.test_sources('verifier')) == {'test_public.py'}\n"
+        "try:\n"
+        "    acceptance_probability(np.ones(2) / 2, None, 0)\n"
+        "except NotImplementedError as error:\n"
+        "    print(error)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=edition, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(edition)},
+    )  # fmt: skip
+    assert run.returncode == 0 and "yours to write" in run.stdout, run.stderr[-2000:]
+
+
+def test_release_refuses_an_existing_folder(tmp_path):
+    with pytest.raises(FileExistsError, match="already exists"):
+        release.release(tmp_path, ["verifier"])
+
+
+def test_the_grading_copy_holds_the_submission_and_no_reference_of_its_regions(tmp_path):
+    submitted = "SUBMITTED = True\n"
+    package = release.package_copy(tmp_path, ["verifier"], replace={"verify.py": submitted},
+                                   link_data=True)  # fmt: skip
+    assert (package / "verify.py").read_text() == submitted
+    text = "\n".join(p.read_text(encoding="utf-8") for p in package.rglob("*.py"))
+    lines = [
+        line for file, line in _distinctive_solution_lines(("verifier",)) if file == "verify.py"
+    ]
+    assert lines and not [line for line in lines if line in text]
+    assert not (package / "assignments" / "verifier" / "instructor").exists()
+    with pytest.raises(FileNotFoundError, match="not a file of the package"):
+        release.package_copy(tmp_path / "b", ["verifier"], replace={"nope.py": ""})
+
+
+def test_cli_releases_a_student_edition(tmp_path, capsys):
+    out = tmp_path / "edition"
+    assert main(["assignment", "release", "--out", str(out), "--assignments", "verifier"]) == 0
+    assert "verifier" in (out / "README.md").read_text(encoding="utf-8")
+    assert "raise NotImplementedError" in (out / "minieagle" / "verify.py").read_text()
+    assert "raise NotImplementedError" not in (out / "minieagle" / "tree.py").read_text()
+    assert (
+        main(["assignment", "release", "--out", str(tmp_path / "x"), "--assignments", "nope"]) == 2
+    )
+    assert "choose from" in capsys.readouterr().err
