@@ -158,7 +158,11 @@ def test_load_errors_name_the_problem(tokenizer: Tokenizer, tmp_path: Path) -> N
 
 @pytest.mark.parametrize(
     ("name", "vocab_size"),
-    [("small/minieagle_tokenizer.json", 2048), ("tokenizer-512.json", 512), ("tokenizer-320.json", 320)],
+    [
+        ("small/minieagle_tokenizer.json", 2048),
+        ("tokenizer-512.json", 512),
+        ("tokenizer-320.json", 320),
+    ],
 )
 def test_shipped_tokenizers_load_and_round_trip(name: str, vocab_size: int) -> None:
     path = PRETRAINED / name
@@ -171,7 +175,7 @@ def test_shipped_tokenizers_load_and_round_trip(name: str, vocab_size: int) -> N
 
 
 def test_token_text_shows_spaces_and_newlines():
-    tok = Tokenizer.load(Path(__file__).parent.parent / "minieagle/pretrained/small/minieagle_tokenizer.json")
+    tok = Tokenizer.load(PRETRAINED / "small" / "minieagle_tokenizer.json")
     ids = tok.encode(" x\n")
     assert "".join(tok.token_text(i) for i in ids) == "·x\\n"
     assert tok.token_text(tok.eos_id) == Tokenizer.EOS

@@ -29,9 +29,10 @@ Passages:
 
 A passage is cut to at most `_MAX_CHARS` characters: prose at the last sentence end (or space),
 code at the last whole line. It must encode to at least `_MIN_TOKENS` tokens of the shipped
-tokenizer (`pretrained/small/minieagle_tokenizer.json`), so a 32-token prompt leaves at least 32 tokens of
-reference continuation, and it may share no run of 59 characters (`_WINDOW + _STRIDE - 1`) with
-either corpus, any split (`_Checker.in_corpora`): the prompts are out of domain by construction.
+tokenizer (`pretrained/small/minieagle_tokenizer.json`), so a 32-token prompt leaves at least 32
+tokens of reference continuation, and it may share no run of 59 characters (`_WINDOW + _STRIDE -
+1`) with either corpus, any split (`_Checker.in_corpora`): the prompts are out of domain by
+construction.
 
 Selection, seeded by `_SEED`: for each package and kind, its candidate files (sorted) are shuffled
 by `random.Random(f"{_SEED}/{kind}/{package}")`; each file in turn gives its first acceptable
