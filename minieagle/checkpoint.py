@@ -577,6 +577,20 @@ def target_record(target_dir) -> dict[str, str]:
     return {TARGET_KEY: str(target_dir), FINGERPRINT_KEY: target_fingerprint(target_dir)}
 
 
+def target_embedding(target_dir, hidden_size: int, head_dir) -> tuple[np.ndarray, LlamaConfig]:
+    """(`model.embed_tokens.weight` [V, d] as float32, its LlamaConfig) of the target checkpoint
+    at `target_dir`, for a head export that carries the target's embedding (the official EAGLE
+    code's form). Refuses a target whose width d is not the head's `hidden_size` (`head_dir`
+    names the head in the message)."""
+    params, config, _ = load_checkpoint(target_dir, with_tokenizer=False)
+    if config.hidden_size != hidden_size:
+        raise InvalidInputError(
+            f"the head in {head_dir} has hidden_size={hidden_size} but the target in "
+            f"{target_dir} has {config.hidden_size}; pass the target it was trained for"
+        )
+    return params["model.embed_tokens.weight"], config
+
+
 def check_trained_for(
     trained, target_dir, *, kind: str = "model", stacklevel: int = 2
 ) -> bool | None:

@@ -596,3 +596,156 @@ def test_a_head_that_fuses_the_embeddings_saves_without_serving_ids(tmp_path):
         directory, (_, cfg, _) = _saved(tmp_path, aux=(0, 3, 6))
     assert spec_problems(directory, aux=(0, 3, 6), serving_ids=None) == []
     assert load_eagle3_head(directory)[1] == cfg
+
+
+# ----------------------------------------------------------------------- the official EAGLE code
+
+
+def official_eagle3_module(config: dict) -> dict[str, tuple]:
+    """The tensors of the official EAGLE-3 head module (SafeAILab/EAGLE, branch main,
+    eagle/model/cnets.py, `Model.__init__`), name -> shape, listed by hand from its source:
+    its own embed_tokens [V, d], lm_head [N, d], fc reading 3 * target_hidden_size (3 * d when
+    the config has none), the decoder layer `midlayer` with head_dim = d // heads, the buffers
+    d2t [N] and t2d [V]."""
+    d, v, n = config["hidden_size"], config["vocab_size"], config["draft_vocab_size"]
+    heads, kv, inner = (
+        config[k] for k in ("num_attention_heads", "num_key_value_heads", "intermediate_size")
+    )
+    h = d // heads
+    shapes = {
+        "embed_tokens.weight": (v, d),
+        "lm_head.weight": (n, d),
+        "fc.weight": (d, 3 * config.get("target_hidden_size", d)),
+        "norm.weight": (d,),
+        "midlayer.hidden_norm.weight": (d,),
+        "midlayer.input_layernorm.weight": (d,),
+        "midlayer.post_attention_layernorm.weight": (d,),
+        "midlayer.self_attn.q_proj.weight": (heads * h, 2 * d),
+        "midlayer.self_attn.k_proj.weight": (kv * h, 2 * d),
+        "midlayer.self_attn.v_proj.weight": (kv * h, 2 * d),
+        "midlayer.self_attn.o_proj.weight": (d, heads * h),
+        "midlayer.mlp.gate_proj.weight": (inner, d),
+        "midlayer.mlp.up_proj.weight": (inner, d),
+        "midlayer.mlp.down_proj.weight": (d, inner),
+        "d2t": (n,),
+        "t2d": (v,),
+    }
+    if v == n:  # ea_model.py deletes both buffers when the vocabularies are the same size
+        del shapes["d2t"], shapes["t2d"]
+    return shapes
+
+
+def official_eagle3_load(head_dir: Path, target_dir: Path) -> tuple[dict, set]:
+    """What `EaModel.from_pretrained(use_eagle3=True, ...)` of the official code leaves in its
+    head module, mimicked in NumPy from its rules (ea_model.py, cnets.py): (state, the names left
+    at their initial values). The module starts from random values (nn.Embedding draws N(0, 1));
+    only when config.json has no `target_hidden_size` does it read the target's embedding,
+    through the target's model.safetensors.index.json; then it loads the head's
+    model.safetensors with strict=False: a name it lacks is ignored, a name the file lacks keeps
+    its value, a shape that differs is an error."""
+    config = json.loads((head_dir / "config.json").read_text())
+    rng = np.random.default_rng(0)
+    shapes = official_eagle3_module(config)
+    state = {name: rng.standard_normal(shape) for name, shape in shapes.items()}
+    initial = set(state)
+    if "target_hidden_size" not in config:
+        index = json.loads((target_dir / "model.safetensors.index.json").read_text())
+        shard = target_dir / index["weight_map"]["model.embed_tokens.weight"]
+        with safe_open(shard, framework="np") as f:
+            state["embed_tokens.weight"] = f.get_tensor("model.embed_tokens.weight")
+        initial.discard("embed_tokens.weight")
+    with safe_open(head_dir / "model.safetensors", framework="np") as f:
+        for name in f.keys():
+            if name in shapes:
+                tensor = f.get_tensor(name)
+                assert tensor.shape == shapes[name], f"size mismatch for {name}"
+                state[name] = tensor
+                initial.discard(name)
+    return state, initial
+
+
+@pytest.fixture
+def official_target(tmp_path):
+    """A target checkpoint for TARGET (one model.safetensors, no index: as minieagle saves)."""
+    from minieagle.checkpoint import save_checkpoint
+    from minieagle.model import init_params
+
+    return save_checkpoint(tmp_path / "target", init_params(TARGET, seed=3), TARGET)
+
+
+def test_the_official_code_drafts_with_a_random_embedding_from_our_plain_head(
+    tmp_path, official_target
+):
+    """The bug the export fixes: our head carries target_hidden_size, so the official loader
+    skips the target's embedding, and the file has none: embed_tokens stays random, silently."""
+    head_dir, _ = _saved(tmp_path, target_dir=official_target)
+    _, initial = official_eagle3_load(head_dir, official_target)
+    assert initial == {"embed_tokens.weight"}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_the_official_export_loads_every_tensor_into_the_official_module(
+    tmp_path, official_target, capsys, dtype
+):
+    from minieagle import cli
+    from minieagle.checkpoint import load_checkpoint
+
+    head_dir, (head, _, vocab) = _saved(tmp_path, target_dir=official_target)
+    out = tmp_path / "official"
+    argv = ["export", "eagle3", "--head", str(head_dir), "--target", str(official_target)]
+    assert cli.main([*argv, "--out", str(out), "--dtype", dtype]) == 0
+    assert capsys.readouterr().out == f"EAGLE-3 head with embed_tokens.weight written to {out}\n"
+    state, initial = official_eagle3_load(out, official_target)
+    assert initial == set()
+    target, _, _ = load_checkpoint(official_target)
+    np.testing.assert_array_equal(
+        state["embed_tokens.weight"], target["model.embed_tokens.weight"].astype(dtype)
+    )
+    for name, value in head.items():
+        np.testing.assert_array_equal(state[name], value.astype(dtype))
+    np.testing.assert_array_equal(state["d2t"], vocab.d2t)
+    np.testing.assert_array_equal(state["t2d"], vocab.t2d)
+    assert json.loads((out / "config.json").read_text())["target_hidden_size"] == D  # SGLang, vLLM
+    back, _, back_vocab = load_eagle3_head(out, dtype=None)  # ours reads it, dropping the embedding
+    assert set(back) == set(head) and back_vocab.ids.tolist() == IDS.tolist()
+
+
+def test_heads_the_official_code_cannot_run_as_trained_are_refused(tmp_path, official_target):
+    from minieagle.checkpoint import save_checkpoint
+    from minieagle.heads.eagle3_io import export_official
+    from minieagle.model import init_params
+
+    head_dir, _ = _saved(tmp_path, aux=(1, 3, 5), target_dir=official_target)
+    with pytest.raises(
+        InvalidInputError,
+        match=r"target layers \[1, 3, 5\], but the official EAGLE code always fuses \[2, 3, 4\]",
+    ):
+        export_official(head_dir, official_target, tmp_path / "out")
+    other = TARGET.replace(hidden_size=16, head_dim=4)
+    wider = save_checkpoint(tmp_path / "wider", init_params(other, seed=1), other)
+    head_dir, _ = _saved(tmp_path, target_dir=official_target)
+    with pytest.raises(InvalidInputError, match=r"has hidden_size=8 but the target .* has 16"):
+        export_official(head_dir, wider, tmp_path / "out")
+    wide_heads = TARGET.replace(head_dim=8)  # 2 heads of 8 on a width of 8
+    target = save_checkpoint(tmp_path / "wide", init_params(wide_heads, seed=1), wide_heads)
+    head_dir, _ = _saved(tmp_path, target=wide_heads, target_dir=target)
+    with pytest.raises(InvalidInputError, match=r"head_dim=8 x 2 heads != hidden_size=8; the off"):
+        export_official(head_dir, target, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.real_model
+def test_the_shipped_smollm2_head_exports_for_the_official_code(tmp_path, smollm2_dir):
+    """The head the issue measured (top-1 agreement 187 / 1018 with a random embedding): its
+    export leaves nothing of the official module at its initial value."""
+    from minieagle.checkpoint import load_checkpoint
+    from minieagle.heads.eagle3_io import export_official
+    from minieagle.shipped import resolve_head
+
+    out = export_official(resolve_head("smollm2-eagle3"), smollm2_dir, tmp_path / "official")
+    state, initial = official_eagle3_load(out, smollm2_dir)
+    assert initial == set()
+    target, _, _ = load_checkpoint(smollm2_dir, with_tokenizer=False)
+    np.testing.assert_array_equal(
+        state["embed_tokens.weight"], target["model.embed_tokens.weight"].astype(np.float16)
+    )

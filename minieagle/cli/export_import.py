@@ -1,5 +1,5 @@
-"""`minieagle export` (a head in the official EAGLE code's form) and `minieagle import` (a
-pretrained Llama as a minieagle checkpoint)."""
+"""`minieagle export` (an EAGLE-1 or EAGLE-3 head in the official EAGLE code's form) and
+`minieagle import` (a pretrained Llama as a minieagle checkpoint)."""
 
 from __future__ import annotations
 
@@ -39,11 +39,15 @@ def check_out_dir(out: str | None) -> None:
 
 
 def cmd_export(args) -> int:
-    from minieagle.heads.eagle1 import export_official
+    from minieagle.heads import eagle1, eagle3_io
+    from minieagle.shipped import resolve_head
 
+    export_official = {"eagle1": eagle1.export_official, "eagle3": eagle3_io.export_official}
     check_out_dir(args.out)
-    out = export_official(args.head, args.target, args.out, dtype=args.dtype)
-    print(f"EAGLE-1 head with embed_tokens.weight written to {out}")
+    head = resolve_head(args.head)  # a directory, or a shipped head's name (smollm2-eagle3)
+    out = export_official[args.what](head, args.target, args.out, dtype=args.dtype)
+    name = {"eagle1": "EAGLE-1", "eagle3": "EAGLE-3"}[args.what]
+    print(f"{name} head with embed_tokens.weight written to {out}")
     return 0
 
 
@@ -69,11 +73,17 @@ def cmd_import(args) -> int:
 def add_parsers(sub) -> None:
     p = sub.add_parser(
         "export",
-        help="write a trained EAGLE-1 head in the form the official EAGLE code loads (with the "
-        "target's embedding, embed_tokens.weight); see docs/eagle1.md",
+        help="write a trained EAGLE-1 or EAGLE-3 head in the form the official EAGLE code loads "
+        "(with the target's embedding, embed_tokens.weight); SGLang and vLLM serve the head "
+        "directory as it is. See docs/eagle1.md and docs/formats/eagle3-layout.md",
     )
-    p.add_argument("what", choices=["eagle1"], help="the kind of head")
-    p.add_argument("--head", required=True, help="the head directory (minieagle's format)")
+    p.add_argument("what", choices=["eagle1", "eagle3"], help="the kind of head")
+    p.add_argument(
+        "--head",
+        required=True,
+        help="the head directory (minieagle's format), or a shipped head's name such as "
+        "smollm2-eagle3",
+    )
     p.add_argument("--target", required=True, help="the target checkpoint the head drafts for")
     p.add_argument("--out", required=True, help="directory to write")
     p.add_argument("--dtype", choices=["float32", "float16"], default="float16")

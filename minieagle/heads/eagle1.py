@@ -392,18 +392,13 @@ def export_official(head_dir, target_dir, out_dir, *, dtype="float16") -> Path:
     file without it is refused there; minieagle's own heads leave it out (the head embeds with
     the target's, and SmolLM2's embedding is 28M parameters against the head's 4M).
     `load_head` reads an exported head too (it checks and drops the embedding)."""
-    from minieagle.checkpoint import load_checkpoint
+    from minieagle.checkpoint import target_embedding
 
     head, cfg = load_head(head_dir, target_dir=target_dir, dtype=np.float32)
-    target, target_config, _ = load_checkpoint(target_dir, with_tokenizer=False)
-    if target_config.hidden_size != cfg.layer.hidden_size:
-        raise InvalidInputError(
-            f"the head in {head_dir} has hidden_size={cfg.layer.hidden_size} but the target in "
-            f"{target_dir} has {target_config.hidden_size}; pass the target it was trained for"
-        )
+    embedding, _ = target_embedding(target_dir, cfg.layer.hidden_size, head_dir)
     dtype = storage_dtype(dtype)
     config = read_config_json(Path(head_dir) / CONFIG_FILE, fix_missing="")
-    tensors = {**head, EMBED: target["model.embed_tokens.weight"]}
+    tensors = {**head, EMBED: embedding}
 
     def write(new: Path) -> None:
         exported = {**config, "dtype": dtype, "torch_dtype": dtype}

@@ -175,9 +175,7 @@ def save_eagle3_head(
     config = _hf_config(cfg, dtype)
     if target_dir is not None:
         config.update(target_record(target_dir))
-    # Weights in `dtype`; the vocabulary buffers as the serving loaders read them.
-    tensors = {**head, "d2t": np.asarray(to_host(vocab.d2t), dtype=np.int64),
-               "t2d": np.asarray(to_host(vocab.t2d), dtype=np.bool_)}  # fmt: skip
+    tensors = _stored_tensors(head, vocab)
 
     def write(new: Path) -> None:
         (new / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
@@ -365,6 +363,13 @@ def _head_and_vocab(stored: dict, cfg: Eagle3Config) -> tuple[dict, DraftVocab]:
     return weights, DraftVocab.from_buffers(d2t, t2d)
 
 
+def _stored_tensors(head: dict, vocab: DraftVocab) -> dict:
+    """What model.safetensors holds: the head's weights (cast to the storage dtype when written)
+    and the vocabulary buffers as the serving loaders read them, d2t int64 [N] and t2d bool [V]."""
+    d2t = np.asarray(to_host(vocab.d2t), dtype=np.int64)
+    return {**head, "d2t": d2t, "t2d": np.asarray(to_host(vocab.t2d), dtype=np.bool_)}
+
+
 def load_eagle3_head(
     directory,
     *,
@@ -401,3 +406,57 @@ def load_eagle3_head(
     if dtype is not None:
         head = {name: value.astype(dtype, copy=False) for name, value in head.items()}
     return head, cfg, vocab
+
+
+def export_official(head_dir, target_dir, out_dir, *, dtype: str = "float16") -> Path:
+    """The head at `head_dir` in the form the official EAGLE code (SafeAILab/EAGLE, branch
+    `main`, `EaModel.from_pretrained(use_eagle3=True, ...)`) loads correctly: the same
+    config.json and tensors plus `embed_tokens.weight`, the target's embedding [V, d].
+    Returns the absolute `out_dir`.
+
+    That loader fetches the target's embedding only when config.json has no
+    `target_hidden_size`, which SGLang and vLLM need and every head here carries; it then
+    loads the head's file with strict=False, so a head without `embed_tokens.weight` drafts
+    with a randomly initialised embedding, silently. In this form the file's embedding fills
+    it (docs/formats/eagle3-layout.md, "Which form serves which engine"). `load_eagle3_head`
+    reads the export too (it checks and drops the embedding).
+
+    Refused, naming what to change: a head the official code cannot run as trained (one
+    feature, or aux layers other than its fixed (2, L//2, L-3), or head_dim != hidden_size /
+    num_attention_heads, which it derives), or a target other than the head's (width,
+    vocabulary)."""
+    from minieagle.checkpoint import target_embedding
+
+    config = read_config_json(Path(head_dir) / CONFIG_FILE, fix_missing=_FIX_MISSING)
+    hidden = config_value("hidden_size", config.get("hidden_size"), "integer")
+    embedding, target_config = target_embedding(target_dir, hidden, head_dir)
+    head, cfg, vocab = load_eagle3_head(
+        head_dir, dtype=np.float32, target_config=target_config, target_dir=target_dir
+    )
+    fixed = default_aux_layers(target_config.num_hidden_layers)
+    if tuple(cfg.aux_layers) != fixed:
+        raise InvalidInputError(
+            f"the head in {head_dir} fuses the inputs of target layers {list(cfg.aux_layers)}, "
+            f"but the official EAGLE code always fuses {list(fixed)} (2, L//2, L-3 for this "
+            f"{target_config.num_hidden_layers}-layer target): it would feed this head other "
+            "features. Serve it with SGLang or vLLM, or train a head on the default layers"
+        )
+    layer = cfg.layer
+    if layer.num_attention_heads * layer.head_dim != layer.hidden_size:
+        raise InvalidInputError(
+            f"the head has head_dim={layer.head_dim} x {layer.num_attention_heads} heads != "
+            f"hidden_size={layer.hidden_size}; the official EAGLE code derives head_dim as "
+            "hidden_size / num_attention_heads, so it cannot run this head: serve it with "
+            "SGLang or vLLM"
+        )
+    dtype = storage_dtype(dtype)
+    tensors = {**_stored_tensors(head, vocab), EMBED: embedding}
+
+    def write(new: Path) -> None:
+        exported = {**config, "dtype": dtype, "torch_dtype": dtype}
+        (new / CONFIG_FILE).write_text(json.dumps(exported, indent=2) + "\n")
+        write_tensors(new / WEIGHTS_FILE, tensors, dtype)
+
+    return write_directory_atomically(
+        out_dir, write, own_files=(CONFIG_FILE, WEIGHTS_FILE), kind="EAGLE-3 head"
+    )
