@@ -1,7 +1,9 @@
 """The array-api-strict lane: the library runs on a non-default device without touching NumPy.
 
 Every layer pair, the model forward (KV cache, tree mask, positions, feature taps), the loss and
-its gradients, KV-cache surgery and one optimiser step run on arrays placed on
+its gradients, KV-cache surgery, one optimiser step, and the EAGLE-1 and EAGLE-3 heads' training
+steps (loss, hand-written backward, clipping, AdamW: the GPU lane of head training) run on arrays
+placed on
 `array_api_strict.Device("device1")`. That fake device reproduces what CuPy does on a GPU, on a
 CPU: `np.asarray` of its arrays raises, mixing them with arrays made without `device=` raises, and
 only standard functions exist (no `x.sum()`, no `x.reshape`, no fancy setitem). Every result must
@@ -14,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minieagle import backend, layers, model, optim
+from minieagle import backend, layers, losses, model, optim
 from minieagle.config import preset
+from minieagle.heads import eagle1, eagle3
 from minieagle.kvcache import KVCache
 
 xp = pytest.importorskip("array_api_strict")
@@ -227,6 +230,100 @@ def test_to_host_and_to_device_are_the_explicit_crossings():
     assert backend.array_module(host) is np
 
 
+# ---------------------------------------------------------------------------- draft heads
+
+
+def _eagle1_train_step(head, target, tokens, features, next_features, mask):
+    """EAGLE-1's training step: loss with input-feature noise, clipping, one AdamW step."""
+    cfg = eagle1.Eagle1Config.from_target(CONFIG)
+    loss, parts, grads = eagle1.eagle1_loss(
+        head, cfg, target, tokens, features, next_features, mask,
+        p_weight=0.1, noise=0.1, rng=np.random.default_rng(0),
+    )  # fmt: skip
+    norm = optim.clip_grad_norm(grads, max_norm=1e-3)
+    assert norm > 1e-3  # the scaling branch runs
+    adam = optim.AdamW(head)
+    adam.step(head, grads, lr=1e-2)
+    return loss, parts, norm, grads, head, adam.state_tensors()
+
+
+EAGLE3_TARGET = CONFIG.replace(num_hidden_layers=4)
+EAGLE3_CFG = eagle3.Eagle3Config.from_target(
+    EAGLE3_TARGET, aux_layers=(0, 2, 3), draft_vocab_size=200
+)
+
+
+def _eagle3_train_step(head, target, ids, tokens, fused, target_logits, mask):
+    """EAGLE-3's training step: the TTT loss (3 steps), clipping, one AdamW step. The draft
+    vocabulary is built from `ids` here, so it lives where they do."""
+    vocab = eagle3.DraftVocab(ids, EAGLE3_TARGET.vocab_size)
+    loss, parts, grads = eagle3.ttt_loss(
+        head, EAGLE3_CFG, target, vocab, tokens, fused, target_logits, mask, steps=3
+    )
+    norm = optim.clip_grad_norm(grads, max_norm=1e-3)
+    assert norm > 1e-3
+    adam = optim.AdamW(head)
+    adam.step(head, grads, lr=1e-2)
+    return loss, parts, norm, grads, head, adam.state_tensors()
+
+
+def _eagle1_inputs(dtype=np.float64):
+    rng = np.random.default_rng(9)
+    head = eagle1.init_head(eagle1.Eagle1Config.from_target(CONFIG), seed=0, dtype=dtype)
+    target = model.init_params(CONFIG, seed=1, dtype=dtype)
+    B, T, d = 2, 6, CONFIG.hidden_size
+    tokens = rng.integers(0, CONFIG.vocab_size, (B, T))
+    features = rng.standard_normal((B, T, d)).astype(dtype)
+    next_features = rng.standard_normal((B, T, d)).astype(dtype)
+    mask = rng.random((B, T)) < 0.8
+    return head, target, tokens, features, next_features, mask
+
+
+def _eagle3_inputs(dtype=np.float64):
+    rng = np.random.default_rng(10)
+    head = eagle3.init_head(EAGLE3_CFG, seed=0, dtype=dtype)
+    target = model.init_params(EAGLE3_TARGET, seed=1, dtype=dtype)
+    B, T, V, d = 2, 6, EAGLE3_TARGET.vocab_size, EAGLE3_TARGET.hidden_size
+    ids = np.sort(rng.choice(V, EAGLE3_CFG.draft_vocab_size, replace=False))
+    tokens = rng.integers(0, V, (B, T + 1))
+    fused = rng.standard_normal((B, T, 3 * d)).astype(dtype)
+    target_logits = (3 * rng.standard_normal((B, T, V))).astype(dtype)
+    target_logits[:, :, ids[:4]] += 8.0  # most argmaxes in the draft vocabulary, not all
+    mask = rng.random((B, T)) < 0.8
+    return head, target, ids, tokens, fused, target_logits, mask
+
+
+def test_eagle1_training_step_on_the_device_equals_numpy():
+    """Loss (noise drawn on the host, moved explicitly), gradients, clipping, AdamW: every
+    result on device1 and equal to the NumPy run; the head moved."""
+    inputs = _eagle1_inputs()
+    before = inputs[0]["fc.weight"].copy()
+    (*_, head, _), _ = _both(_eagle1_train_step, *inputs)
+    assert np.all(backend.to_host(head["fc.weight"]) != before)
+
+
+def test_eagle3_training_step_on_the_device_equals_numpy():
+    """The TTT loss and its hand-written backward through 3 unrolled steps, clipping, AdamW."""
+    inputs = _eagle3_inputs()
+    before = inputs[0]["lm_head.weight"].copy()
+    (*_, head, _), _ = _both(_eagle3_train_step, *inputs)
+    assert np.all(backend.to_host(head["lm_head.weight"]) != before)
+
+
+@pytest.mark.parametrize("head", ["eagle1", "eagle3"])
+def test_float32_head_training_stays_float32_on_the_device(head):
+    """No silent promotion in a head's step: float32 weights and features give float32
+    gradients, moments and updated weights (a float64 constant would double the GPU's work)."""
+    step, inputs = {
+        "eagle1": (_eagle1_train_step, _eagle1_inputs(np.float32)),
+        "eagle3": (_eagle3_train_step, _eagle3_inputs(np.float32)),
+    }[head]
+    _, _, _, grads, params, moments = step(*_to_strict(inputs))
+    for tree in (grads, params, moments):
+        assert {value.dtype for value in tree.values()} == {xp.float32}
+        assert {value.device for value in tree.values()} == {DEVICE}
+
+
 # ---------------------------------------------------------------------------- controls
 
 
@@ -280,6 +377,29 @@ def test_the_lane_catches_a_non_portable_layer(monkeypatch, name, broken, error)
     assert abs(model.loss_and_grads(PARAMS, CONFIG, ids, ids)[0] - loss) <= TOL
     with pytest.raises(error):
         model.loss_and_grads(_to_strict(PARAMS), CONFIG, _to_strict(ids), _to_strict(ids))
+
+
+def _log_softmax_and_softmax_through_numpy(logits):
+    """A non-portable softmax pair: np.exp converts its input to a NumPy array."""
+    xp_ = backend.array_module(logits)
+    shifted = logits - xp_.max(logits, axis=-1, keepdims=True)
+    probs = np.exp(shifted)
+    total = np.sum(probs, axis=-1, keepdims=True)
+    return shifted - np.log(total), probs / total
+
+
+@pytest.mark.parametrize("head", ["eagle1", "eagle3"])
+def test_the_lane_catches_a_non_portable_head_loss(monkeypatch, head):
+    """The soft cross-entropy through NumPy: the same step on NumPy, an error on device1."""
+    step, inputs = {
+        "eagle1": (_eagle1_train_step, _eagle1_inputs),
+        "eagle3": (_eagle3_train_step, _eagle3_inputs),
+    }[head]
+    loss = step(*inputs())[0]
+    monkeypatch.setattr(losses, "log_softmax_and_softmax", _log_softmax_and_softmax_through_numpy)
+    assert abs(step(*inputs())[0] - loss) <= TOL
+    with pytest.raises(RuntimeError):
+        step(*_to_strict(inputs()))
 
 
 def test_the_lane_catches_mixing_a_numpy_array_with_a_device_array():
