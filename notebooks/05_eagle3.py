@@ -619,11 +619,15 @@ plt.show()
 # ### More data: the paper's Figure 1 in miniature
 #
 # The paper's case for EAGLE-3 is that it keeps improving with data where EAGLE-1's feature
-# regression flattens. `benchmarks/eagle3_scaling.py` trained both heads on 1/8 .. all of our
-# corpora (half a pass each) and benched them through the same tree; its measured results ship in
-# `docs/results/eagle3-scaling.json` and its plot (docs/eagle3.md explains them). Nothing is
-# measured here: the cell prints the file's τ (T = 0) and how much each head gained over the last
-# doubling of data, then shows the plot.
+# regression flattens. Two experiments measured it here; nothing is measured in this cell, which
+# prints their files' τ (T = 0) against the training tokens and shows their plots
+# (docs/eagle3.md explains them):
+#
+# - `eagle3-scaling-corpus`: both heads on 1/8 .. all of our corpora (2.6M tokens), half a pass;
+# - `eagle3-scaling`: both heads on 1x .. 8x that (the corpora and the target's own text written
+#   by `minieagle distill`), one pass per point, each point branched off one long run
+#   (`benchmarks/eagle3_scaling.py`); it spans several days of one core, so its file holds the
+#   points finished so far.
 
 # %%
 import json  # noqa: E402
@@ -632,18 +636,21 @@ from pathlib import Path  # noqa: E402
 from IPython.display import Image, display  # noqa: E402
 
 results_dir = Path(model.__file__).parents[1] / "docs" / "results"
-if (results_dir / "eagle3-scaling.json").is_file():
-    points = json.loads((results_dir / "eagle3-scaling.json").read_text())["points"]
+for experiment in ("eagle3-scaling-corpus", "eagle3-scaling"):
+    path = results_dir / f"{experiment}.json"
+    if not path.is_file():
+        print(f"{path} is not here (an installed copy without docs/, or no point finished yet)")
+        continue
+    points = json.loads(path.read_text())["points"]
+    print(experiment)
     for kind in ("heldout", "ood"):
         for name in ("eagle1", "eagle3"):
-            curve = [(p["fraction"], p["tau"]["T=0"][kind]) for p in points if p["head"] == name]
-            taus = [tau for _, tau in sorted(curve)]  # by growing share of the corpora
-            print(f"{kind:8} {name} head: τ " + " → ".join(f"{tau:.2f}" for tau in taus)
-                  + f" (last doubling: {taus[-1] - taus[-2]:+.2f})")  # fmt: skip
-if (results_dir / "eagle3-scaling.png").is_file():
-    display(Image(filename=str(results_dir / "eagle3-scaling.png")))  # benchmarks/eagle3_scaling.py
-else:
-    print(f"{results_dir} is not here (an installed copy without docs/): see docs/eagle3.md")
+            curve = sorted((p.get("tokens", p.get("train_tokens")), p["tau"]["T=0"][kind])
+                           for p in points if p["head"] == name)  # fmt: skip
+            print(f"  {kind:8} {name} head: τ "
+                  + " → ".join(f"{tau:.2f} ({tokens / 1e6:.1f}M)" for tokens, tau in curve))
+    if (results_dir / f"{experiment}.png").is_file():
+        display(Image(filename=str(results_dir / f"{experiment}.png")))
 
 # %% [markdown]
 # ## Exercises
