@@ -3,12 +3,11 @@
 Every layer pair, the model forward (KV cache, tree mask, positions, feature taps), the loss and
 its gradients, KV-cache surgery, one optimiser step, and the EAGLE-1 and EAGLE-3 heads' training
 steps (loss, hand-written backward, clipping, AdamW: the GPU lane of head training) run on arrays
-placed on
-`array_api_strict.Device("device1")`. That fake device reproduces what CuPy does on a GPU, on a
-CPU: `np.asarray` of its arrays raises, mixing them with arrays made without `device=` raises, and
-only standard functions exist (no `x.sum()`, no `x.reshape`, no fancy setitem). Every result must
-come back on device1 and equal the NumPy float64 run to 1e-12. The controls at the end show that
-the lane fails on a deliberately non-portable function.
+placed on `array_api_strict.Device("device1")`. That fake device reproduces what CuPy does on a
+GPU, on a CPU: `np.asarray` of its arrays raises, mixing them with arrays made without `device=`
+raises, and only standard functions exist (no `x.sum()`, no `x.reshape`, no fancy setitem). Every
+result must come back on device1 and equal the NumPy float64 run to 1e-12. The controls at the
+end show that the lane fails on a deliberately non-portable function.
 """
 
 from __future__ import annotations
