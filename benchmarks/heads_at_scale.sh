@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Draft heads trained at scale (issue 20): every long run, started in the background, each
+# resuming where it stopped. Run it again after any interruption (a session's end, a kill, a
+# reboot): finished steps are skipped, unfinished ones resume from their last shard or save.
+#
+#   bash benchmarks/heads_at_scale.sh          # start what is not running
+#   bash benchmarks/heads_at_scale.sh status   # where every run stands
+#
+# State lives outside the work tree, under $MINIEAGLE_CACHE (default ~/.cache/minieagle)/runs:
+#   runs/tiny/      the tiny target's data (corpus windows, its own text at T = 1) and the
+#                   1x-8x scaling runs of both heads (benchmarks/eagle3_scaling.py)
+#   runs/smollm2/   SmolLM2-135M-Instruct's own chat answers (greedy and T = 1) and its heads
+# Every data step is deterministic per seed (docs/distill.md): on a new machine the same command
+# rebuilds the data, then the training runs start over.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+CACHE=${MINIEAGLE_CACHE:-$HOME/.cache/minieagle}
+T=$CACHE/runs/tiny
+S=$CACHE/runs/smollm2
+M=$CACHE/models/smollm2-135m-instruct
+export OPENBLAS_NUM_THREADS=1
+mkdir -p "$T" "$S"
+
+running() { pgrep -f -- "$1" >/dev/null; }
+
+if [ "${1:-}" = status ]; then
+  for log in "$T"/*.log "$S"/*.log; do
+    [ -f "$log" ] || continue
+    printf '%s: %s\n' "$(basename "$log")" "$(tail -c 300 "$log" | tr '\r' '\n' | tail -n 1)"
+  done
+  for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1; do
+    [ -d "$run" ] && echo "$run: $(ls -d "$run"/shard-?????  2>/dev/null | wc -l) shards"
+  done
+  exit 0
+fi
+
+# 1. The tiny target's data: its corpora tiled (80 shards, 2.64M tokens), then its own text
+#    (560 shards of 256 windows of 129 tokens, 18.5M tokens), with the features both heads read.
+[ -d "$T/targets/small" ] || { mkdir -p "$T/targets" && cp -r minieagle/pretrained/small "$T/targets/small"; }
+if ! running "distill --target $T"; then
+  nohup bash -c "
+    minieagle distill --target $T/targets/small --out-dir $T/corpus --source corpus-windows \
+      --shards 100000 --keys 2,6,9,final --quiet &&
+    minieagle distill --target $T/targets/small --out-dir $T/self-T1 --source corpus \
+      --shards 560 --keys 2,6,9,final" >"$T/distill.log" 2>&1 &
+fi
+
+# 2. The scaling experiment, one process per head (each waits for the shards it needs).
+for head in eagle3 eagle1; do
+  if ! running "eagle3_scaling.py .* --heads $head"; then
+    nice_level=0; [ "$head" = eagle1 ] && nice_level=19
+    nohup nice -n "$nice_level" python benchmarks/eagle3_scaling.py --model "$T/targets/small" \
+      --features "$T/corpus" "$T/self-T1" --planned-shards 80 560 --out "$T/scaling" \
+      --heads "$head" --json docs/results/eagle3-scaling.json \
+      --plot docs/results/eagle3-scaling.png >"$T/scaling-$head.log" 2>&1 &
+  fi
+done
+
+# 3. SmolLM2: its own answers to chat requests (100 shards of 64 windows of 257 tokens each,
+#    greedy, then sampled at T = 1: about 2M answer tokens), then its EAGLE-3 and EAGLE-1 heads,
+#    one pass over them, warmup-stable-decay.
+if ! running "distill --target $M" && ! running "train eagle. --target $M"; then
+  nohup nice -n 5 bash -c "
+    [ -d $M ] || minieagle import smollm2 >/dev/null
+    for t in 0 1; do
+      minieagle distill --target $M --out-dir $S/chat-T\$t --source chat --temperature \$t \
+        --shards 100 --shard-windows 64 --batch-size 32 --window-tokens 257 \
+        --prompt-tokens 48 --keys 2,15,27,final --quiet || exit 1
+    done
+    minieagle train eagle3 --target $M --data features --features $S/chat-T0 $S/chat-T1 \
+      --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps 320 --lr 3e-3 \
+      --warmup-steps 50 --ttt-steps 3 --draft-vocab-size 8192 --lm-head-init target \
+      --eval-every 400 --eval-batches 2 --save-every 25 --export-dtype float16 \
+      --out-dir $S/eagle3 --quiet &&
+    minieagle train eagle1 --target $M --data features --features $S/chat-T0 $S/chat-T1 \
+      --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps 320 --lr 3e-3 \
+      --warmup-steps 50 --eval-every 400 --eval-batches 2 --save-every 25 \
+      --export-dtype float16 --out-dir $S/eagle1 --quiet" >"$S/pipeline.log" 2>&1 &
+fi
+echo "started; see: bash benchmarks/heads_at_scale.sh status"
