@@ -4,7 +4,8 @@
 #
 #   benchmarks/gpu.sh [OUT_DIR]            on a CUDA machine with CuPy (about 4 minutes on an H200
 #                                          before automatic tree sizing joined the methods step;
-#                                          now expected to take up to 9: not yet run)
+#                                          now expected to take up to 9, and about 1 more for
+#                                          the head training step: not yet run)
 #   benchmarks/gpu.sh --dry-run [OUT_DIR]  anywhere: the same steps on NumPy at toy sizes (the
 #                                          CuPy tests then skip), to check the script before a
 #                                          GPU is spent on it
@@ -13,14 +14,20 @@
 # gpu-tests.log (pytest of tests/test_cupy.py), gpu-cost.json and gpu-host-cost.json (vanilla
 # ms/token and verification cost of N = 1..64 tokens relative to one, on CuPy and on one CPU
 # thread), gpu-bench-methods.json (tau, n-alpha, speedup of every method at T = 0 and T = 1 on
-# held-out and out-of-domain prompts) and gpu-run.log (all output). Each step runs even when an
-# earlier one failed; the exit status is that of the first failure.
+# held-out and out-of-domain prompts), gpu-head-train.json (a short training run of the EAGLE-1
+# and EAGLE-3 heads on CuPy: loss + backward + clipping + AdamW, s/step, tokens/s, MFU against the
+# GPU's float32 matmul peak; benchmarks/head_train_step.py) and gpu-run.log (all output). Each step
+# runs even when an earlier one failed; the exit status is that of the first failure.
 # The package need not be installed: the script puts the repository on PYTHONPATH.
 set -uo pipefail
 
 device=gpu repeats=2 new_tokens=64 method_tokens=32 per_kind=1 cost_repeats=5
+# the head training run: batch 8 x 128 positions, 7 TTT steps (the shipped heads' shape), 3 warm-up
+# steps and 3 rounds of 10 timed steps per head
+train_shape=(--batch 8 --seq-len 128 --ttt-steps 7 --warmup 3 --repeats 3 --steps 10)
 if [[ "${1:-}" == "--dry-run" ]]; then
   device=cpu repeats=1 new_tokens=8 method_tokens=8 per_kind=1 cost_repeats=1
+  train_shape=(--batch 2 --seq-len 16 --ttt-steps 2 --warmup 1 --repeats 1 --steps 2)
   shift
 fi
 # Each step has a time limit (seconds x GPU_LIMIT_SCALE), so one that hangs leaves time for the rest.
@@ -68,6 +75,8 @@ EOF
   step methods 420 /dev/null "$python" -m minieagle bench --suite methods --device "$device" --prompts both \
     --prompts-per-corpus "$per_kind" --repeats "$repeats" --new-tokens "$method_tokens" \
     --out "$out/gpu-bench.json"
+  step head-train 120 /dev/null "$python" benchmarks/head_train_step.py --device "$device" \
+    "${train_shape[@]}" --out "$out/gpu-head-train.json"
   echo "=== done: exit $status"
   exit "$status"
 } 2>&1 | tee "$out/gpu-run.log"

@@ -226,6 +226,8 @@ def _summary(timing: dict, tokens: int, flops: int, peak: dict) -> dict:
 
     out = {}
     for clock, prefix in (("seconds", ""), ("cpu_seconds", "cpu_")):
+        if prefix + "peak_gflops" not in peak:  # on a GPU the host's CPU time says little
+            continue
         seconds = timing[clock]
         gflops = [flops / s / 1e9 for s in seconds]
         out[prefix + "step_s"] = spread(seconds)
@@ -243,7 +245,6 @@ def _matmul_peak(device: str, best: dict | None) -> dict:
         from minieagle.backend import device_module
 
         peak = _gpu_matmul_peak(device_module("gpu"))
-        peak["cpu_peak_gflops"] = float("nan")
     else:
         peak = {"peak_gflops": 0.0, "cpu_peak_gflops": 0.0}
         rng = np.random.default_rng(0)
@@ -329,7 +330,10 @@ def main(argv=None) -> int:
         if args.before:
             before, after = entry["before"], entry["after"]
             entry["speedup"] = before["step_s"]["median"] / after["step_s"]["median"]
-            entry["cpu_speedup"] = before["cpu_step_s"]["median"] / after["cpu_step_s"]["median"]
+            if "cpu_step_s" in after:
+                entry["cpu_speedup"] = (
+                    before["cpu_step_s"]["median"] / after["cpu_step_s"]["median"]
+                )
         results["heads"][head] = entry
     _print(results)
     if args.out:
@@ -355,15 +359,13 @@ def _gpu_matmul_peak(cp, n: int = 8192, repeats: int = 5) -> dict:
 
 def _print(results: dict) -> None:
     peak = results["matmul_peak"]
-    print(
-        f"float32 matmul peak ({results['device']}): {peak['peak_gflops']:.1f} GFLOP/s wall, "
-        f"{peak['cpu_peak_gflops']:.1f} GFLOP/s per CPU second"
-    )
+    per_cpu = f", {peak['cpu_peak_gflops']:.1f} per CPU second" if "cpu_peak_gflops" in peak else ""
+    print(f"float32 matmul peak ({results['device']}): {peak['peak_gflops']:.1f} GFLOP/s{per_cpu}")
     for head, entry in results["heads"].items():
         print(f"{head}: {entry['flops_per_token'] / 1e6:.2f} MFLOP/token")
         for label in ("before", "after"):
             for clock in ("", "cpu_"):
-                if label not in entry:
+                if clock + "step_s" not in entry.get(label, {}):
                     continue
                 e = entry[label]
                 s, tps, mfu = e[clock + "step_s"], e[clock + "tokens_per_s"], e[clock + "mfu"]
@@ -374,9 +376,8 @@ def _print(results: dict) -> None:
                     f"[{100 * mfu['min']:.1f}..{100 * mfu['max']:.1f}]"
                 )
         if "speedup" in entry:
-            print(
-                f"  speedup {entry['speedup']:.2f}x (wall), {entry['cpu_speedup']:.2f}x (CPU time)"
-            )
+            cpu = f", {entry['cpu_speedup']:.2f}x (CPU time)" if "cpu_speedup" in entry else ""
+            print(f"  speedup {entry['speedup']:.2f}x (wall){cpu}")
 
 
 if __name__ == "__main__":

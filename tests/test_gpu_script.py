@@ -31,7 +31,7 @@ def test_the_dry_run_writes_every_result_file(tmp_path):
     out = tmp_path / "out"
     expected = {
         "gpu-machine.txt", "gpu-tests.log", "gpu-cost.json", "gpu-host-cost.json",
-        "gpu-bench-methods.json", "gpu-run.log",
+        "gpu-bench-methods.json", "gpu-head-train.json", "gpu-run.log",
     }  # fmt: skip
     assert expected <= {p.name for p in out.iterdir()}
     cost = json.loads((out / "gpu-cost.json").read_text())
@@ -40,6 +40,11 @@ def test_the_dry_run_writes_every_result_file(tmp_path):
     methods = json.loads((out / "gpu-bench-methods.json").read_text())
     assert {"vanilla", "eagle2", "eagle3"} <= set(methods["T=0"]["all"])
     assert methods["T=0"]["all"]["eagle2"]["differs_from_vanilla"] == 0.0
+    training = json.loads((out / "gpu-head-train.json").read_text())
+    assert training["device"] == "cpu"
+    for head in ("eagle1", "eagle3"):  # both heads trained: loss + backward + clip + AdamW
+        assert training["heads"][head]["after"]["step_s"]["median"] > 0
+        assert training["heads"][head]["flops_per_step"] > 0
     assert "=== done: exit 0" in (out / "gpu-run.log").read_text()
 
 
