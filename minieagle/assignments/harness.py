@@ -29,6 +29,7 @@ import json
 import os
 import signal
 import sys
+import types
 
 _READ_ONLY_DEVICES = ("/dev/null", "/dev/urandom", "/proc/cpuinfo", "/proc/meminfo")
 _REFUSED_TO_SUBMISSION = (
@@ -133,8 +134,8 @@ def _snapshot(names, exclude) -> dict:
         if module is None or name in exclude:
             continue
         for attribute, value in list(vars(module).items()):
-            if attribute.startswith("__") or attribute.startswith("_pytest"):
-                continue
+            if attribute.startswith("__") or isinstance(value, types.ModuleType):
+                continue  # a package gains its submodules as they are imported
             ids[name, attribute] = id(value)
             if isinstance(value, type) and getattr(value, "__module__", None) == name:
                 for inner, member in list(vars(value).items()):
@@ -276,15 +277,13 @@ def _run(item, nextitem) -> tuple[bool, str]:
     from _pytest.runner import call_and_report
 
     passed, message = True, ""
-    for when in ("setup", "call", "teardown"):
-        if when != "setup" and not passed:
-            break
+    for when in ("setup", "call", "teardown"):  # the call only after a setup that passed
+        if when == "call" and not passed:
+            continue
         extra = {"nextitem": nextitem} if when == "teardown" else {}
         report = call_and_report(item, when, log=False, **extra)
-        if report.failed:
-            passed, message = False, _reason(report)
-        elif report.skipped:
-            passed, message = False, "skipped"
+        if passed and (report.failed or report.skipped):
+            passed, message = False, _reason(report) if report.failed else "skipped"
     return passed, message
 
 

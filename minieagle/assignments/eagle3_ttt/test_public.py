@@ -24,15 +24,16 @@ from minieagle.heads.eagle3 import (
 
 LAYER = LlamaConfig(
     vocab_size=16,
-    hidden_size=8,
+    hidden_size=16,
     intermediate_size=12,
     num_hidden_layers=1,
-    num_attention_heads=2,
-    num_key_value_heads=1,
+    num_attention_heads=4,
+    num_key_value_heads=2,  # GQA with several key/value heads: query head h reads h // 2
     max_position_embeddings=64,
 )
 CFG = Eagle3Config(LAYER, aux_layers=(0, 1, 2), draft_vocab_size=10)
 V, N, D, HD = LAYER.vocab_size, CFG.draft_vocab_size, LAYER.hidden_size, LAYER.head_dim
+H, HKV = LAYER.num_attention_heads, LAYER.num_key_value_heads
 EPS = LAYER.rms_norm_eps
 EXACT = 1e-10  # float64: two spellings of one computation differ in rounding only
 MID = "midlayer."
@@ -40,10 +41,10 @@ SHAPES = {
     "fc.weight": (D, 3 * D),
     MID + "input_layernorm.weight": (D,),
     MID + "hidden_norm.weight": (D,),
-    MID + "self_attn.q_proj.weight": (2 * HD, 2 * D),
-    MID + "self_attn.k_proj.weight": (HD, 2 * D),
-    MID + "self_attn.v_proj.weight": (HD, 2 * D),
-    MID + "self_attn.o_proj.weight": (D, 2 * HD),
+    MID + "self_attn.q_proj.weight": (H * HD, 2 * D),
+    MID + "self_attn.k_proj.weight": (HKV * HD, 2 * D),
+    MID + "self_attn.v_proj.weight": (HKV * HD, 2 * D),
+    MID + "self_attn.o_proj.weight": (D, H * HD),
     MID + "post_attention_layernorm.weight": (D,),
     MID + "mlp.gate_proj.weight": (12, D),
     MID + "mlp.up_proj.weight": (12, D),
@@ -113,9 +114,9 @@ def qkv(head, embedded, feature, positions):
         ],
         axis=-1,
     )  # [B, T, 2d]
-    q = heads(n @ head[MID + "self_attn.q_proj.weight"].T, 2)
-    k = heads(n @ head[MID + "self_attn.k_proj.weight"].T, 1)
-    v = heads(n @ head[MID + "self_attn.v_proj.weight"].T, 1)
+    q = heads(n @ head[MID + "self_attn.q_proj.weight"].T, H)
+    k = heads(n @ head[MID + "self_attn.k_proj.weight"].T, HKV)
+    v = heads(n @ head[MID + "self_attn.v_proj.weight"].T, HKV)
     return rope(q, positions), rope(k, positions), v
 
 

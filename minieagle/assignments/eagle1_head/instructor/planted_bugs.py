@@ -41,4 +41,11 @@ PLANTED_BUGS = (
         "            mask[i, base : base + count] = True\n",
         "sibling",
     ),
+    PlantedBug(
+        "the deepest level fed to the head too",
+        "drafters/eagle1.py",
+        "            fed = [node for node, path in new_nodes if path in has_children]\n",
+        "            fed = [node for node, _ in new_nodes]\n",
+        "the deepest level has none",
+    ),
 )

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from test_public import CONFIG, HEAD, HEAD_CFG, TARGET  # the same tiny target and head
 
-from minieagle import model
+from minieagle import inference, model
 from minieagle import tree as trees
 from minieagle.drafters.eagle1 import Eagle1Drafter
 from minieagle.generate import generate, greedy_reference
@@ -400,6 +400,37 @@ def test_every_drafted_node_equals_the_head_run_along_its_path():
         "itself, never a sibling or cousin fed in the same level; all of a level share the "
         "position committed - 1 + depth",
     )
+
+
+@pytest.mark.points(2)
+def test_one_head_forward_per_level_that_has_children(monkeypatch):
+    """Efficiency: a cycle runs the head once to catch up, then once per level whose nodes have
+    children, over exactly those nodes; the deepest level is never fed (its logits are unused)."""
+    fed = []
+    forward = inference.PreparedEagle1Head.forward
+
+    def counting(self, tokens, *args, **kwargs):
+        fed.append(len(tokens))
+        return forward(self, tokens, *args, **kwargs)
+
+    monkeypatch.setattr(inference.PreparedEagle1Head, "forward", counting)
+    _, hidden, _ = model.forward(TARGET, CONFIG, np.asarray([1, 3]), output_hidden=("final",))
+    for choices in ("default", "chain:4", SMALL_TREE):
+        paths = resolve_tree(choices)
+        parents_of = {path[:-1] for path in paths}
+        want = [sum(1 for p in paths if len(p) == d and p in parents_of) for d in range(1, 99)]
+        want = [n for n in want if n]  # nodes with children, level by level below the root
+        drafter = Eagle1Drafter(TARGET, CONFIG, HEAD, HEAD_CFG, choices=choices)
+        drafter.begin([1, 3, 4], {"final": hidden["final"]}, SamplingParams())
+        fed.clear()
+        drafter.propose(4, SeededRandomness(0), max_nodes=64)
+        levels = fed[1:]  # fed[0]: the catch-up over the pending real pairs
+        assert levels == want, (
+            f"{choices} tree: after the catch-up, the head ran {len(levels)} forwards over "
+            f"{levels} nodes, expected {len(want)} over {want}: one forward per level, feeding "
+            "only the nodes that have children in the static tree; the deepest level has none, "
+            "so feeding it costs a head forward whose logits are never read"
+        )
 
 
 @pytest.mark.points(1)

@@ -55,4 +55,11 @@ PLANTED_BUGS = (
         "        for j in range(s, s + 1):\n",
         "earlier steps' keys",
     ),
+    PlantedBug(
+        "query head h reads key/value head h % Hkv (GQA grouping)",
+        "heads/eagle3.py",
+        "    qg = xp.reshape(q, (B, Hkv, H // Hkv, T, hd))  # [B, Hkv, G, T, hd]\n",
+        "    qg = xp.swapaxes(xp.reshape(q, (B, H // Hkv, Hkv, T, hd)), 1, 2)  # h -> h % Hkv\n",
+        "h // (H // Hkv)",
+    ),
 )

@@ -126,7 +126,7 @@ def test_a_later_step_is_seen_only_at_its_own_index():
     only the queries at indices >= u."""
     rng = np.random.default_rng(5)
     T, u = 5, 2
-    q = rng.standard_normal((1, 2, T, 4))
+    q = rng.standard_normal((1, 4, T, 4))  # H = 4 query heads over Hkv = 2 key/value heads
     keys = list(rng.standard_normal((3, 1, 2, T, 4)))
     values = list(rng.standard_normal((3, 1, 2, T, 4)))
     causal = np.tril(np.ones((T, T), dtype=bool))

@@ -34,4 +34,26 @@ PLANTED_BUGS = (
         "                node = child\n",
         "after a child is accepted",
     ),
+    PlantedBug(
+        "correction drawn from the original p instead of the residual",
+        "verify.py",
+        "            return Verdict(accepted, int(rng.draw(p)))\n",
+        "            return Verdict(accepted, int(rng.draw(np.asarray(target_probs[node]))))\n",
+        "the correction is drawn from the residual",
+    ),
+    PlantedBug(
+        "residual not chained across siblings",
+        "verify.py",
+        "            p = residual(p, q, token)\n",
+        "            p = residual(np.asarray(target_probs[node], dtype=np.float64), q, token)\n",
+        "the residuals chain across siblings",
+    ),
+    PlantedBug(
+        "bonus drawn from the parent's row",
+        "verify.py",
+        "        p = np.asarray(target_probs[node], dtype=np.float64)\n",
+        "        p = np.asarray(target_probs[node], dtype=np.float64) if kids[node] or not "
+        "accepted else p\n",
+        "not from its parent's row",
+    ),
 )

@@ -165,3 +165,76 @@ def test_efficiency_expected_accepted_length():
         f"expected accepted drafts {got:.4f}, recursive rejection sampling gives {want:.4f}"
         + (": your verifier accepts nothing" if got == 0 else ": it rejects drafts it could keep")
     )
+
+
+# ---------------------------------------------------------------- the walk, step by step
+# Each test below isolates one step of the walk, so a mistake there is named, not only "not
+# lossless". Their trees use deterministic children (q = None), whose closed forms are simple:
+# child i is accepted with p(i) however many siblings came before it.
+
+
+def _joint(tree, probs):
+    """{(accepted nodes, next token): probability}, one verify call per branch."""
+
+    def run(rng):
+        verdict = verify(tree, probs, rng)
+        return tuple(int(n) for n in verdict.accepted), int(verdict.next_token)
+
+    return exact_distribution(run)
+
+
+@pytest.mark.points(1)
+def test_the_correction_after_a_rejection_is_drawn_from_the_residual():
+    """All children rejected: the next token comes from the residual, never a rejected draft."""
+    p = np.array([0.1, 0.45, 0.3, 0.15])
+    tree = Tree(np.array([0, 1]), np.array([-1, 0]))  # one deterministic child, token 1
+    law = _joint(tree, np.stack([p, np.full(V, 1.0 / V)]))
+    rejected = {x: prob for (accepted, x), prob in law.items() if not accepted}
+    total = sum(rejected.values())
+    want = residual_of_deterministic(p, [1])
+    got = np.array([rejected.get(x, 0.0) / total for x in range(V)])
+    assert np.allclose(got, want, atol=1e-12), (
+        f"after the root's only child (token 1) is rejected, next_token follows {got.round(4)}, "
+        f"expected the residual {want.round(4)}: the correction is drawn from the residual p "
+        "(the rejected draft's mass removed and renormalised), not from the target's row "
+        "target_probs[node]"
+    )
+
+
+def residual_of_deterministic(p, tokens):
+    """p with the deterministic drafts `tokens` zeroed, renormalised."""
+    r = p.copy()
+    r[tokens] = 0.0
+    return r / r.sum()
+
+
+@pytest.mark.points(1)
+def test_the_residual_is_chained_across_siblings():
+    """Three deterministic siblings: each is accepted with its own p(x), which holds only if each
+    rejection updates the current p (p <- residual(p, q, x)), not the node's original row."""
+    p = np.array([0.3, 0.25, 0.2, 0.25])
+    tree = Tree(np.array([0, 0, 1, 2]), np.array([-1, 0, 0, 0]))  # children tokens 0, 1, 2
+    law = _joint(tree, np.stack([p] + [np.full(V, 1.0 / V)] * 3))
+    for node, token in ((1, 0), (2, 1), (3, 2)):
+        got = sum(prob for (accepted, _), prob in law.items() if accepted[:1] == (node,))
+        assert np.isclose(got, p[token], atol=1e-12), (
+            f"sibling {node} (token {token}, tried after {node - 1} rejected siblings) is "
+            f"accepted with probability {got:.4f}, expected p({token}) = {p[token]:.4f}: after "
+            "each rejection replace p by residual(p, q, token) of the CURRENT p, so the "
+            "residuals chain across siblings (not residual of the node's original row)"
+        )
+
+
+@pytest.mark.points(1)
+def test_the_bonus_after_a_leaf_comes_from_the_leafs_row():
+    """Every draft accepted down to a leaf: the bonus token follows target_probs[leaf]."""
+    root_row = np.eye(V)[2]  # the target surely continues with token 2: the draft is accepted
+    leaf_row = np.array([0.1, 0.2, 0.3, 0.4])
+    tree = Tree.chain(0, [2])
+    law = _joint(tree, np.stack([root_row, leaf_row]))
+    got = np.array([law.get(((1,), x), 0.0) for x in range(V)])
+    assert np.allclose(got, leaf_row, atol=1e-12), (
+        f"the draft (node 1, a leaf) is always accepted; the bonus token then follows "
+        f"{got.round(4)}, expected target_probs[1] = {leaf_row}: the bonus is drawn from the "
+        "row after the last accepted node (the leaf), not from its parent's row"
+    )
