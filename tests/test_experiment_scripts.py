@@ -191,3 +191,33 @@ def test_help_shows_the_full_size_command(scripts, capsys, module, command):
         importlib.import_module(module).main(["--help"])
     assert exit_info.value.code == 0
     assert f"OPENBLAS_NUM_THREADS=1 {command}" in capsys.readouterr().out
+
+
+def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(scripts):
+    """benchmarks/heads_at_scale.sh starts the long runs of issue 20 in the background, where a
+    renamed flag would fail unseen: every `minieagle ...` and `python benchmarks/...` command in
+    it must parse."""
+    import re
+    import shlex
+    import subprocess
+
+    from minieagle.cli import build_parser
+
+    script = BENCHMARKS / "heads_at_scale.sh"
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    text = script.read_text().replace("\\\n", " ").replace("\\$", "$")
+    text = re.sub(r"--temperature \$t", "--temperature 1", text)  # the loop's 0 and 1
+    text = re.sub(r"\$\{?[A-Za-z_]+\}?", "X", text)
+    commands = re.findall(r"minieagle (?:distill|train) [^\n&|\"]*", text)
+    assert len(commands) >= 4
+    for command in commands:
+        argv = shlex.split(command)[1:]
+        args = build_parser().parse_args(argv)  # SystemExit on an unknown or bad flag
+        assert args.command in ("distill", "train")
+    scaling = re.findall(r"python benchmarks/eagle3_scaling.py [^\n>]*", text)
+    assert scaling
+    module = importlib.import_module("eagle3_scaling")
+    for command in scaling:
+        assert "--features" in command and "--planned-shards" in command
+        assert all(flag in module.__doc__ or flag in {"--heads", "--json", "--plot"}
+                   for flag in re.findall(r"--[a-z-]+", command))  # fmt: skip
