@@ -16,12 +16,20 @@ archive` and put first on its PYTHONPATH), and the timed repeats alternate betwe
 so both see the same machine load. Every figure is a median with its spread (min, max).
 
 tokens/s = B T / (seconds per step). MFU = achieved matmul FLOP/s / the machine's measured float32
-matmul peak (`minieagle.bench.measure_matmul_peak`, same run; both reported). The FLOPs are the
-matmuls the loss and its gradients need, counted analytically (`head_flops`): one multiply-add =
-2 FLOPs, the backward of a trained matmul is two matmuls (input and weight gradients), a frozen
-one (the target's LM head) or one whose input gradient is not needed (fc) is one; attention
-computes every score of its T x T block (nothing is skipped for causality). The count is a
-property of the math, the same before and after, so a faster step is a higher MFU.
+matmul peak (`minieagle.bench.measure_matmul_peak`, before and after the timed rounds, the best
+of both; both reported). The FLOPs are the matmuls the loss and its gradients need, counted
+analytically (`head_flops`): one multiply-add = 2 FLOPs, the backward of a trained matmul is two
+matmuls (input and weight gradients), a frozen one (the target's LM head) or one whose input
+gradient is not needed (fc) is one; attention computes every score of its T x T block (nothing
+is skipped for causality). The count is a property of the math, the same before and after, so a
+faster step is a higher MFU.
+
+On the CPU every figure comes twice: per second of wall-clock time, and per second of the
+process's CPU time (`cpu_*`, against the peak per CPU second). On a shared machine the second is
+the steadier: other jobs that take the core away stretch the wall clock, not the CPU time (they
+still share the caches and the memory bandwidth). The workers call
+`host_memory.keep_freed_memory()` as a training run does; `--plain-malloc` leaves glibc's malloc
+as it is, to separate the code's share of a speedup from the allocator's.
 
 `--device gpu` runs the same steps on CuPy (`benchmarks/gpu.sh` does, for a few dozen steps).
 """
@@ -238,27 +246,18 @@ def _summary(timing: dict, tokens: int, flops: int, peak: dict) -> dict:
 
 
 def _matmul_peak(device: str, best: dict | None) -> dict:
-    """The float32 matmul peak of the device: GFLOP/s of square matmuls per second of wall time
-    (`peak_gflops`) and, on the CPU, per second of this process's CPU time (`cpu_peak_gflops`),
-    each the best of its repeats and of `best` (the machine's other jobs can only lower it)."""
+    """The float32 matmul peak of the device (`peak_gflops`; on the CPU also `cpu_peak_gflops`,
+    per second of CPU time), the best of this measurement and `best`: the machine's other jobs
+    can only lower a measurement."""
     if device == "gpu":
         from minieagle.backend import device_module
 
         peak = _gpu_matmul_peak(device_module("gpu"))
     else:
-        peak = {"peak_gflops": 0.0, "cpu_peak_gflops": 0.0}
-        rng = np.random.default_rng(0)
-        for n in (512, 1024):
-            a, b = (rng.standard_normal((n, n), dtype=np.float32) for _ in range(2))
-            a @ b  # warm-up
-            for _ in range(7):
-                start, cpu_start = time.perf_counter(), time.process_time()
-                for _ in range(4 * 1024**3 // n**3):  # 8 GFLOP a measurement
-                    a @ b
-                flop = 2 * n**3 * (4 * 1024**3 // n**3)
-                wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-                peak["peak_gflops"] = max(peak["peak_gflops"], flop / wall / 1e9)
-                peak["cpu_peak_gflops"] = max(peak["cpu_peak_gflops"], flop / max(cpu, 1e-9) / 1e9)
+        from minieagle.bench import measure_matmul_peak
+
+        peak = measure_matmul_peak(repeats=7)
+        peak.pop("by_size")
     if best is None:
         return peak
     return {key: max(value, best[key]) for key, value in peak.items()}
