@@ -160,6 +160,12 @@ def test_every_shipped_file_is_in_the_current_formats(name):
         assert hf.encode(text, add_special_tokens=False).ids == ours.encode(text)
     elif path.name == "tokenizer_config.json":
         assert json.loads(path.read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
+    elif path.name == "calibration.json":  # a head's calibration maps, fitted for that head
+        from minieagle.checkpoint import target_fingerprint
+
+        calibration = json.loads(path.read_text())
+        assert calibration["version"] >= 1
+        assert calibration["head"] == target_fingerprint(path.parent)
     elif path.name == "minieagle_tokenizer.json" or path.parent == PRETRAINED:
         assert json.loads(path.read_text())["format"] == FORMAT  # our own, standalone
         assert Tokenizer.load(path).vocab_size > 256
