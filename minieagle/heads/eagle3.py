@@ -561,7 +561,7 @@ def diagonal_attention_forward(q, keys, values, causal_block):
     for k in keys[1:]:
         diagonal = xp.sum(qg * k[:, :, None, :, :], axis=-1) * scale  # [B, Hkv, G, T]
         scores.append(diagonal[..., None])  # [B, Hkv, G, T, 1]
-    probs = xp.exp(layers.log_softmax(xp.concat(scores, axis=-1)))  # [B, Hkv, G, T, T + s]
+    probs = layers.softmax(xp.concat(scores, axis=-1))  # [B, Hkv, G, T, T + s]
     out = probs[..., :T] @ values[0][:, :, None, :, :]  # [B, Hkv, G, T, hd]
     for j, v in enumerate(values[1:]):
         out = out + probs[..., T + j, None] * v[:, :, None, :, :]
@@ -807,8 +807,8 @@ def ttt_loss(
     ids = vocab.ids
     target_top = xp.argmax(target_logits, axis=-1)  # [B, T]
     in_draft_vocab = xp.reshape(xp.take(vocab.t2d, xp.reshape(target_top, (-1,))), (B, T))
-    labels = xp.exp(layers.log_softmax(xp.take(target_logits, ids, axis=-1)))  # [B, T, N]
-    target_probs = xp.exp(layers.log_softmax(target_logits))  # [B, T, V]
+    labels = layers.softmax(xp.take(target_logits, ids, axis=-1))  # [B, T, N]
+    target_probs = layers.softmax(target_logits)  # [B, T, V]
     target_on_draft = xp.take(target_probs, ids, axis=-1)  # [B, T, N]
     requested = xp.astype(loss_mask, xp.bool)
     counted = requested & in_draft_vocab
@@ -824,7 +824,7 @@ def ttt_loss(
         count = max(float(xp.sum(weights)), 1.0)
         draft_top = draft_to_target(xp.argmax(logits, axis=-1), vocab)  # [B, T]
         agree = xp.astype(draft_top == _shift(target_top, s), logits.dtype)
-        q = xp.exp(c_ce[0])  # the draft's probabilities, kept by the soft-CE forward
+        q = c_ce[4]  # the draft's probabilities, kept by the soft-CE forward
         overlap = xp.sum(xp.minimum(q, _shift(target_on_draft, s)), axis=-1)  # [B, T]
         parts["step_loss"].append(loss_s)
         parts["top1"].append(float(xp.sum(agree * weights)) / count)
