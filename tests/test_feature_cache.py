@@ -179,7 +179,7 @@ def test_chat_self_distillation_answers_each_request(small, tmp_path):
     ("changes", "message"),
     [
         ({"chat_prompts": True}, "data='corpus' generates none"),
-        ({"max_windows": 10}, "pass --cache-features with it"),
+        ({"max_windows": 10}, "pass --cache-features or --data features with it"),
     ],
 )
 def test_options_that_would_be_ignored_are_refused(changes, message):
