@@ -47,12 +47,8 @@ from pathlib import Path
 import numpy as np
 
 from minieagle import bench, model
-from minieagle.calibration import (
-    fit_calibration,
-    record_calibration,
-    save_calibration,
-    training_prompts,
-)
+from minieagle.calibrate import record_calibration
+from minieagle.calibration import fit_calibration, save_calibration, training_prompts
 from minieagle.checkpoint import load_checkpoint, target_fingerprint
 from minieagle.cli import DEFAULT_HEAD, DEFAULT_MODEL
 from minieagle.drafters.eagle1 import Eagle1Drafter

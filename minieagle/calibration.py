@@ -32,18 +32,24 @@ train split), never on the held-out test-split prompts the benchmarks report on,
 small JSON (`save_calibration`, `load_calibration`) naming the sampling setting (`setting_name`)
 and the head (a fingerprint string the caller passes, e.g. `checkpoint.target_fingerprint` of
 the head's directory).
+
+A head ships its maps beside it (`HEAD_FILE`, a `HeadCalibration`: one map per sampling
+setting, each marked used where it beat raw scores on VALIDATION prompts,
+`validation_prompts`), written by `minieagle calibrate --head DIR` (`minieagle.calibrate`,
+which decodes and so sits above `generate`; this module only fits and stores maps).
+`shipped_calibration(DIR)` reads them for the head's current weights only.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from minieagle.errors import InvalidInputError
-from minieagle.sampling import SamplingParams
 
 FORMAT = "minieagle-calibration"
 VERSION = 1
@@ -192,6 +198,17 @@ def fit_calibration(
     )
 
 
+def _map_json(calibration: Calibration) -> dict:
+    """A map's records and knots as JSON-ready data (the files of one map and of a head)."""
+    return {
+        "records": int(calibration.records),
+        "knots": {
+            "confidence": calibration.confidence.tolist(),
+            "acceptance": calibration.acceptance.tolist(),
+        },
+    }
+
+
 def save_calibration(calibration: Calibration, path) -> Path:
     """Write `calibration` as a small JSON file at `path`; returns the path."""
     path = Path(path)
@@ -200,11 +217,7 @@ def save_calibration(calibration: Calibration, path) -> Path:
         "version": VERSION,
         "setting": calibration.setting,
         "head": calibration.head,
-        "records": int(calibration.records),
-        "knots": {
-            "confidence": calibration.confidence.tolist(),
-            "acceptance": calibration.acceptance.tolist(),
-        },
+        **_map_json(calibration),
     }
     path.write_text(json.dumps(document, indent=1) + "\n")
     return path
@@ -248,16 +261,29 @@ def training_prompts(
     of `corpus`'s TRAIN split ("prose" or "code"), each window starting at a line start, from
     distinct documents chosen with `seed`. Never the test split that `bench.heldout_prompts`
     reports on: a calibration fitted on the prompts it is judged on would flatter itself."""
+    return _window_prompts(tokenizer, corpus, "train", count, length, seed)
+
+
+def validation_prompts(
+    tokenizer, corpus: str, count: int, length: int = 32, seed: int = 0
+) -> list[tuple[str, list[int]]]:
+    """As `training_prompts`, from the VALIDATION split: the prompts on which a fitted map is
+    judged before it becomes a head's default (`minieagle calibrate`), neither the prompts it
+    was fitted on nor the test-split prompts τ is reported on."""
+    return _window_prompts(tokenizer, corpus, "val", count, length, seed)
+
+
+def _window_prompts(tokenizer, corpus, split, count, length, seed):
     from minieagle.data import load_split
 
     for name, value, least in (("count", count, 1), ("length", length, 2)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise InvalidInputError(f"{name}={value!r} must be an integer >= {least}, e.g. 16")
     span = 8 * length  # characters: comfortably more than `length` tokens
-    documents = [d for d in load_split(corpus, "train") if len(d.text) >= 2 * span]
+    documents = [d for d in load_split(corpus, split) if len(d.text) >= 2 * span]
     if count > len(documents):
         raise InvalidInputError(
-            f"count={count} exceeds the {len(documents)} {corpus} training documents of at "
+            f"count={count} exceeds the {len(documents)} {corpus} {split} documents of at "
             f"least {2 * span} characters; pass count <= {len(documents)} or a smaller length"
         )
     rng = np.random.default_rng(seed)
@@ -272,25 +298,137 @@ def training_prompts(
     return prompts
 
 
-def record_calibration(
-    params, config, make_drafter, prompts, sampling: SamplingParams, *, new_tokens: int, seed=0
-) -> list[tuple[float, bool]]:
-    """The calibration records of decoding each prompt ((kind, ids) pairs) with a fresh
-    drafter from `make_drafter()` (an `Eagle2Drafter`), prompt i with seed `seed + i`."""
-    from minieagle.generate import generate
+# ---------------------------------------------------------------------------- a head's maps
 
-    records = []
-    for i, (_, ids) in enumerate(prompts):
-        drafter = make_drafter()
-        generate(
-            params,
-            config,
-            ids,
-            drafter=drafter,
-            max_new_tokens=new_tokens,
-            sampling=sampling,
-            seed=seed + i,
-            stop_at_eos=False,
+HEAD_FORMAT = "minieagle-head-calibration"
+HEAD_VERSION = 1
+HEAD_FILE = "calibration.json"  # beside the head's config.json and model.safetensors
+
+
+@dataclass(frozen=True)
+class HeadCalibration:
+    """The calibration maps shipped beside a head (`HEAD_FILE`): one `Calibration` per sampling
+    setting (maps), and per setting whether it is used by default (use: True where the
+    calibrated tree beat the raw one on the validation split), with the numbers that decided
+    it (validation) and how it was made (provenance: the command, prompts, tree sizes).
+    head: the head's fingerprint (`checkpoint.target_fingerprint` of its directory), so the
+    maps never apply to another head. A drafter calls `for_setting` when decoding begins."""
+
+    head: str
+    maps: dict
+    use: dict
+    validation: dict = field(default_factory=dict)
+    provenance: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for setting, calibration in self.maps.items():
+            if not isinstance(calibration, Calibration) or calibration.setting != setting:
+                raise InvalidInputError(
+                    f"maps[{setting!r}] must be a Calibration fitted for {setting!r}; build "
+                    "the maps with fit_calibration(records, setting=...)"
+                )
+        if set(self.use) != set(self.maps) or not all(
+            isinstance(v, bool) for v in self.use.values()
+        ):
+            raise InvalidInputError(
+                f"use={self.use!r} must say True or False for each of the maps' settings "
+                f"{sorted(self.maps)}"
+            )
+
+    @property
+    def setting(self) -> str:
+        """The settings whose map is used, for messages (`Eagle2Drafter` reads `for_setting`)."""
+        return ",".join(s for s in self.maps if self.use[s]) or "none used"
+
+    def for_setting(self, setting: str) -> Calibration | None:
+        """The map to rank by when decoding under `setting` (`setting_name`): the one fitted
+        for it where it measured better on validation, else None (raw scores)."""
+        return self.maps[setting] if self.use.get(setting) else None
+
+
+def save_head_calibration(head_calibration: HeadCalibration, path) -> Path:
+    """Write `head_calibration` as JSON at `path` (a head's `HEAD_FILE`); returns the path."""
+    path = Path(path)
+    document = {
+        "format": HEAD_FORMAT,
+        "version": HEAD_VERSION,
+        "head": head_calibration.head,
+        "provenance": head_calibration.provenance,
+        "settings": {
+            setting: {
+                "use": head_calibration.use[setting],
+                "validation": head_calibration.validation.get(setting, {}),
+                **_map_json(calibration),
+            }
+            for setting, calibration in head_calibration.maps.items()
+        },
+    }
+    path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def load_head_calibration(path, *, head: str | None = None) -> HeadCalibration:
+    """Read a file written by `save_head_calibration`; head, when given, must be the
+    fingerprint it was fitted for (refit with `minieagle calibrate --head DIR` otherwise)."""
+    from minieagle.checkpoint import read_config_json
+
+    path = Path(path)
+    d = read_config_json(path, fix_missing="fit one: minieagle calibrate --head DIR")
+    if d.get("format") != HEAD_FORMAT or d.get("version") != HEAD_VERSION:
+        raise InvalidInputError(
+            f"{path} is not a {HEAD_FORMAT} version {HEAD_VERSION} file (format="
+            f"{d.get('format')!r}, version={d.get('version')!r}); write it with "
+            "minieagle calibrate --head DIR"
         )
-        records += drafter.calibration_records
-    return records
+    try:
+        maps, use, validation = {}, {}, {}
+        for setting, entry in d["settings"].items():
+            knots = entry["knots"]
+            maps[setting] = Calibration(
+                knots["confidence"], knots["acceptance"], setting, entry["records"], d["head"]
+            )
+            use[setting], validation[setting] = entry["use"], entry.get("validation", {})
+        loaded = HeadCalibration(d["head"], maps, use, validation, d.get("provenance", {}))
+    except (KeyError, TypeError, AttributeError) as e:
+        raise InvalidInputError(f"{path} lacks {e}; write it with minieagle calibrate") from e
+    except InvalidInputError as e:
+        raise InvalidInputError(f"{path}: {e}") from e
+    if head is not None and loaded.head != head:
+        raise InvalidInputError(
+            f"{path} was fitted for head {loaded.head!r}, not {head!r}; refit it for this head: "
+            "minieagle calibrate --head DIR"
+        )
+    return loaded
+
+
+def shipped_calibration(head_dir) -> HeadCalibration | None:
+    """The maps shipped beside the head in `head_dir` (`HEAD_FILE`), or None when it has none.
+    A file fitted for other weights (the head was retrained or replaced) is not used: a
+    warning names it and the command that refits it."""
+    from minieagle.checkpoint import target_fingerprint
+
+    path = Path(head_dir) / HEAD_FILE
+    if not path.is_file():
+        return None
+    fingerprint = target_fingerprint(head_dir)
+    loaded = load_head_calibration(path)
+    if loaded.head != fingerprint:
+        warnings.warn(
+            f"{path} was fitted for head {loaded.head}, but the head's weights are "
+            f"{fingerprint}: its maps are not used (raw scores); refit them with "
+            f"minieagle calibrate --head {head_dir}",
+            stacklevel=2,
+        )
+        return None
+    return loaded
+
+
+def load_any_calibration(path, *, head: str | None = None):
+    """A `--calibration FILE`: a single map (`save_calibration`) or a head's maps
+    (`save_head_calibration`), told apart by their format; head as in both loaders."""
+    from minieagle.checkpoint import read_config_json
+
+    d = read_config_json(Path(path), fix_missing="fit one: minieagle calibrate --head DIR")
+    if d.get("format") == HEAD_FORMAT:
+        return load_head_calibration(path, head=head)
+    return load_calibration(path, head=head)

@@ -64,7 +64,7 @@ from minieagle.errors import InvalidInputError
 from minieagle.sampling import SamplingParams, setting_name
 from minieagle.tree import children, depths
 
-SIZING_VERSION = 6  # bump when the code's costs change: cached sizes are then measured again
+SIZING_VERSION = 7  # bump when the code's costs change: cached sizes are then measured again
 CANDIDATE_TOP_K = (1, 2, 4, 8)
 MAX_DEPTH = 7  # expansion steps of the calibration runs: trees up to 8 drafts deep
 TOTAL_TOKENS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 26, 32, 40, 48, 64)
@@ -93,18 +93,27 @@ class Sizing:
     chain_speedup: float
     setting: str
     costs: dict = field(default_factory=dict)
+    sampled_tree: bool = False
+    calibrated: bool = False
+    alternative: dict = field(default_factory=dict)
 
     def describe(self) -> str:
+        kind = "sampled tree" if self.sampled_tree else "top-k tree"
+        kind += ", calibrated scores" if self.calibrated else ""
         tree = (
-            f"depth {self.depth}, top_k {self.top_k}, total_tokens {self.total_tokens}"
+            f"{kind}: depth {self.depth}, top_k {self.top_k}, total_tokens {self.total_tokens}"
             if self.total_tokens > 1
             else "no tree (none is predicted to beat vanilla decoding)"
         )
         chain = f"chain:{self.chain}" if self.chain else "no chain"
+        other = ""
+        if self.alternative:
+            rival = "sampled tree" if self.alternative["sampled_tree"] else "top-k tree"
+            other = f"; the {rival}'s best: {self.alternative['describe']}"
         return (
             f"auto sizing ({self.setting}): {tree} (expected tau {self.expected_tau:.2f}, "
             f"speedup {self.expected_speedup:.2f}x); EAGLE-1 {chain} (expected tau "
-            f"{self.chain_tau:.2f}, {self.chain_speedup:.2f}x)"
+            f"{self.chain_tau:.2f}, {self.chain_speedup:.2f}x){other}"
         )
 
 
@@ -189,19 +198,22 @@ def calibration_run(
     new_tokens: int = 48,
     seed: int = 0,
     sampled_tree: bool = False,
+    calibration=None,
     deadline: float | None = None,
     on_cycle=None,
 ):
     """Decode `prompts` ((kind, ids) pairs) with an `Eagle2Drafter` of this top_k at `depth`,
     a tree large enough never to cut the expansion (sampled_tree: its option, which at T > 0
-    with top_k = 1 is EAGLE-1's sampled chain). Returns (pools, the `PathAcceptance` fitted
+    with top_k = 1 is EAGLE-1's sampled chain; calibration: the map the drafter ranks by).
+    Returns (pools, the `PathAcceptance` fitted
     on every verified node, median propose ms, median level ms). deadline: a
     `time.perf_counter()` time after which decoding stops, once MIN_CYCLES cycles are
     recorded; on_cycle: called after every cycle (a progress bar)."""
     from minieagle.generate import generate
 
     pools, records, node_depths, propose, level = [], [], [], [], []
-    make = tree_drafter(target, config, head, head_cfg, vocab, top_k, depth, sampled_tree)
+    make = tree_drafter(target, config, head, head_cfg, vocab, top_k, depth, sampled_tree,
+                        calibration)  # fmt: skip
     for i, (_, ids) in enumerate(prompts):
         drafter, earlier = _TimedDrafter(make()), len(pools)
 
@@ -270,15 +282,16 @@ class PathAcceptance:
 
 
 def tree_drafter(target, config, head, head_cfg, vocab, top_k: int, depth: int,
-                   sampled_tree: bool):  # fmt: skip
+                 sampled_tree: bool, calibration=None):  # fmt: skip
     """A maker of the `Eagle2Drafter` the sizing measures at (top_k, depth): a tree large
-    enough (26 nodes, at least) never to cut the expansion."""
+    enough (26 nodes, at least) never to cut the expansion, ranking by `calibration` (a
+    `Calibration` for the sizing's setting, or None) as the sized drafter will."""
     from minieagle.drafters.eagle2 import Eagle2Drafter
 
     total = max(top_k + 1, depth + 2, 26)
     return lambda: Eagle2Drafter(
         target, config, head, head_cfg, vocab, depth=depth, top_k=top_k, total_tokens=total,
-        sampled_tree=sampled_tree,
+        sampled_tree=sampled_tree, calibration=calibration,
     )  # fmt: skip
 
 
@@ -370,30 +383,39 @@ def measure_sizing(
     new_tokens: int = 48,
     progress: bool = False,
     sampled_tree: bool = False,
+    calibration=None,
     budget_s: float | None = None,
+    costs: tuple | None = None,
 ) -> dict:
     """Every measurement the choice needs, as plain JSON-ready data: verify ms by N (measured
     at VERIFY_SIZES, interpolated between), the loop overhead, draft ms by (k, d), and τ̂ by
     (k, d, N) from one calibration run per top_k. budget_s: stop the calibration runs when
     about that many seconds have passed (each keeps MIN_CYCLES cycles); None: decode every
     prompt to new_tokens. progress: announce the measuring on stderr at once (one line), then
-    a progress bar in seconds of the budget where stderr is a terminal."""
+    a progress bar in seconds of the budget where stderr is a terminal. calibration: the map
+    the drafter ranks by (a `Calibration` for this setting, or None). costs: (verify_ms,
+    loop_ms) measured already for this target and setting (another tree's sizing), reused."""
     clock = _Clock(budget_s, progress, steps=2 + len(candidate_top_k))
     target = inference.prepare(target, config)
     sizes = sorted({1, *sizes})
-    measured_sizes = sorted({n for n in VERIFY_SIZES if n < sizes[-1]} | {sizes[-1]})
-    verify = measure_verify_ms(target, config, prompts[0][1], measured_sizes, repeats=3)
-    points = np.asarray(measured_sizes), np.asarray([verify[n] for n in measured_sizes])
-    verify_ms = {n: verify.get(n, float(np.interp(n, *points))) for n in sizes}
-    clock.step()
-    vanilla_ms = _propose_ms(target, config, prompts, sampling, None)  # ms per vanilla token
-    loop_ms = max(0.0, vanilla_ms - verify_ms[1])
-    clock.step()
+    if costs is None:
+        measured_sizes = sorted({n for n in VERIFY_SIZES if n < sizes[-1]} | {sizes[-1]})
+        verify = measure_verify_ms(target, config, prompts[0][1], measured_sizes, repeats=3)
+        points = np.asarray(measured_sizes), np.asarray([verify[n] for n in measured_sizes])
+        verify_ms = {n: verify.get(n, float(np.interp(n, *points))) for n in sizes}
+        clock.step()
+        vanilla_ms = _propose_ms(target, config, prompts, sampling, None)  # ms / vanilla token
+        loop_ms = max(0.0, vanilla_ms - verify_ms[1])
+        clock.step()
+    else:
+        verify_ms, loop_ms = dict(costs[0]), costs[1]
+        clock.step()
+        clock.step()
     runs = {}
     for i, k in enumerate(candidate_top_k):
         runs[k] = calibration_run(target, config, head, head_cfg, vocab, prompts, sampling, k,
                                   depth=max_depth, new_tokens=new_tokens,
-                                  sampled_tree=sampled_tree,
+                                  sampled_tree=sampled_tree, calibration=calibration,
                                   deadline=clock.deadline(len(candidate_top_k) - i),
                                   on_cycle=clock.tick)  # fmt: skip
         clock.step()
@@ -405,7 +427,7 @@ def measure_sizing(
         # than its q says, a lower-ranked one less), so each tree shape keeps its own.
         # Drafting cost: timed at depth 1 and (in the calibration run) at the deepest depth,
         # straight in between (each level one head forward of k nodes).
-        make = tree_drafter(target, config, head, head_cfg, vocab, k, 1, sampled_tree)
+        make = tree_drafter(target, config, head, head_cfg, vocab, k, 1, sampled_tree, calibration)
         shallow_ms = _propose_ms(target, config, prompts, sampling, make)
         for d in range(1, max_depth + 1):
             share = (d - 1) / max(1, max_depth - 1)
@@ -458,14 +480,15 @@ def _cache_file(key: str) -> Path | None:
         return None
 
 
-def _read_cache(path: Path, setting: str, expected: dict) -> dict | None:
+def _read_cache(path: Path, setting: str, expected: dict, calibration: str) -> dict | None:
     """The measurements cached at `path`, validated (`_measured_from_json`), or None when there
     are none; an unreadable or invalid file is reported with a warning (it is measured again
     and overwritten)."""
     try:
         if not path.is_file():
             return None
-        return _measured_from_json(json.loads(path.read_text(encoding="utf-8")), setting, expected)
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return _measured_from_json(data, setting, expected, calibration)
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as error:
         warnings.warn(
             f"the sizing cache file {path} is not valid ({error}); measuring this machine "
@@ -544,43 +567,135 @@ def check_fixed_sizes(*, top_k=None, depth=None, total_tokens=None) -> None:
 
 
 def auto_size(target, config, head, head_cfg, vocab, sampling: SamplingParams, prompts, *,
-              identity: str, progress: bool = True, sampled_tree: bool = False,
-              chain_only: bool = False, budget_s: float | None = SIZING_SECONDS,
-              **fixed) -> Sizing:  # fmt: skip
+              identity: str, progress: bool = True, sampled_tree: bool | None = False,
+              calibration=None, chain_only: bool = False,
+              budget_s: float | None = SIZING_SECONDS, **fixed) -> Sizing:  # fmt: skip
     """The `Sizing` for this machine, target + head (`identity`: e.g. their fingerprints) and
     sampling setting, from the cache or measured now (and cached, written atomically).
     prompts: (kind, ids) calibration prompts, never the ones a benchmark reports on.
-    sampled_tree: size the drafter that uses that option. chain_only: measure top_k = 1 only,
-    for an EAGLE-1 chain (with sampled_tree at T > 0: EAGLE-1 draws its chain's tokens)."""
+    sampled_tree: size the drafter that uses that option (True) or not (False); None at T > 0:
+    size both trees, sharing the budget and the measured verify costs, and keep the one of
+    higher expected speedup (`Sizing.sampled_tree`, the other in `Sizing.alternative`).
+    calibration: the drafter's scores, a `Calibration` or a head's maps (`for_setting`); each
+    tree is measured ranking by its setting's map. chain_only: measure top_k = 1 only, for an
+    EAGLE-1 chain (with sampled_tree at T > 0: EAGLE-1 draws its chain's tokens)."""
     check_fixed_sizes(**fixed)
     target = inference.prepare(target, config)
-    setting = setting_name(sampling, sampled_tree=sampled_tree)
+    if sampled_tree is None:
+        trees = (False,) if sampling.greedy or chain_only else (False, True)
+    else:
+        trees = (bool(sampled_tree) and not sampling.greedy,)
     candidates = tuple(sorted({*CANDIDATE_TOP_K, fixed.get("top_k") or CANDIDATE_TOP_K[0]}))
     if chain_only:
         candidates = (1,)
     max_depth = max(MAX_DEPTH, fixed.get("depth") or 0)  # a user's deeper depth is measured too
-    key = hashlib.sha256(
-        f"{SIZING_VERSION}|{__version__}|{machine_key(target.embed)}|{identity}|{setting}|"
-        f"{candidates}|"
-        f"{max_depth}".encode()
-    ).hexdigest()[:20]
     expected = _expected_keys(candidates, max_depth, TOTAL_TOKENS)
-    path = _cache_file(key)
-    measured = None if path is None else _read_cache(path, setting, expected)
-    if measured is None:
-        measured = measure_sizing(target, config, head, head_cfg, vocab, prompts, sampling,
-                                  candidate_top_k=candidates, max_depth=max_depth,
-                                  progress=progress, sampled_tree=sampled_tree,
-                                  budget_s=budget_s)  # fmt: skip
-        if path is not None:
-            _write_cache(path, _measured_to_json(measured, setting))
-    return sizing_from(measured, setting, **fixed)
+    start, costs, options = time.perf_counter(), None, []
+    for i, tree in enumerate(trees):
+        setting = setting_name(sampling, sampled_tree=tree)
+        scores = _map_for(calibration, setting)
+        scored = calibration_id(scores)
+        key = hashlib.sha256(
+            f"{SIZING_VERSION}|{__version__}|{machine_key(target.embed)}|{identity}|{setting}|"
+            f"{scored}|{candidates}|{max_depth}".encode()
+        ).hexdigest()[:20]
+        path = _cache_file(key)
+        measured = None if path is None else _read_cache(path, setting, expected, scored)
+        if measured is None:
+            share = None
+            if budget_s is not None:  # what is left of the budget, shared by the trees left
+                share = max(0.0, budget_s - (time.perf_counter() - start)) / (len(trees) - i)
+            measured = measure_sizing(target, config, head, head_cfg, vocab, prompts, sampling,
+                                      candidate_top_k=candidates, max_depth=max_depth,
+                                      progress=progress, sampled_tree=tree,
+                                      calibration=scores, budget_s=share,
+                                      costs=costs)  # fmt: skip
+            if path is not None:
+                _write_cache(path, _measured_to_json(measured, setting, scored))
+        costs = (measured["verify_ms"], measured["loop_ms"])
+        sized = sizing_from(measured, setting, **fixed)
+        sized.sampled_tree, sized.calibrated = tree, scores is not None
+        options.append(sized)
+    best = _faster(options)
+    for other in options:
+        if other is not best:
+            best.alternative = {
+                "sampled_tree": other.sampled_tree,
+                "setting": other.setting,
+                "depth": other.depth,
+                "top_k": other.top_k,
+                "total_tokens": other.total_tokens,
+                "expected_tau": other.expected_tau,
+                "expected_speedup": other.expected_speedup,
+                "describe": f"depth {other.depth}, top_k {other.top_k}, total_tokens "
+                f"{other.total_tokens} (expected tau {other.expected_tau:.2f}, speedup "
+                f"{other.expected_speedup:.2f}x)",
+            }
+    return best
 
 
-def _measured_to_json(measured: dict, setting: str) -> dict:
+def _faster(options: list[Sizing]) -> Sizing:
+    """The option of highest expected speedup (the first on a tie: the top-k tree)."""
+    return max(options, key=lambda option: option.expected_speedup)
+
+
+def _map_for(calibration, setting: str):
+    """The `Calibration` a drafter ranks by under `setting`: a head's maps give theirs (None
+    where unused), a single map applies to its own setting only."""
+    if calibration is None:
+        return None
+    if callable(getattr(calibration, "for_setting", None)):
+        return calibration.for_setting(setting)
+    return calibration if calibration.setting == setting else None
+
+
+def calibration_id(calibration) -> str:
+    """A short digest of a map's knots and setting ("none" for raw scores): sizes measured
+    with one map are never read for another."""
+    if calibration is None:
+        return "none"
+    knots = np.concatenate([calibration.confidence, calibration.acceptance]).tobytes()
+    return hashlib.sha256(calibration.setting.encode() + knots).hexdigest()[:16]
+
+
+def make_sizer(target, config, head, tokenizer, *, identity: str, chain_only: bool = False,
+               sampled_tree: bool | None = None, calibration=None, progress: bool = True,
+               **fixed):  # fmt: skip
+    """A sizer for a drafter (`Eagle2Drafter(sizer=)`, `Eagle1Drafter(choices="auto")`):
+    sampling -> `Sizing`, from `auto_size` once per sampling setting (memoised; measured once
+    per machine, then cached). head: (params, config[, vocab]); tokenizer: the target's, for
+    the calibration prompts (2 prose + 2 code windows of the corpora's train split);
+    identity: the target's and head's fingerprints. chain_only: EAGLE-1's chain (its sampled
+    chain at T > 0). sampled_tree, calibration: the drafter's options (`build_drafter`'s
+    `tree_options`); fixed: the sizes the user set (depth, top_k), constraining the search."""
+    from minieagle.calibration import training_prompts
+
+    check_fixed_sizes(**fixed)
+    params, cfg, vocab = (*head, None)[:3]
+    chosen = {}
+
+    def size(sampling: SamplingParams) -> Sizing:
+        setting = setting_name(sampling)
+        if setting not in chosen:
+            prompts = training_prompts(tokenizer, "prose", 2) + training_prompts(
+                tokenizer, "code", 2
+            )
+            chosen[setting] = auto_size(
+                target, config, params, cfg, vocab, sampling, prompts, identity=identity,
+                progress=progress, chain_only=chain_only,
+                sampled_tree=True if chain_only else sampled_tree,
+                calibration=None if chain_only else calibration, **fixed,
+            )  # fmt: skip
+        return chosen[setting]
+
+    return size
+
+
+def _measured_to_json(measured: dict, setting: str, calibration: str = "none") -> dict:
     return {
         "version": SIZING_VERSION,
         "setting": setting,
+        "calibration": calibration,
         "verify_ms": {str(n): v for n, v in measured["verify_ms"].items()},
         "loop_ms": measured["loop_ms"],
         "draft_ms": {f"{k},{d}": v for (k, d), v in measured["draft_ms"].items()},
@@ -618,18 +733,21 @@ def _tau_keys(candidate_top_k, max_depth: int, sizes) -> list[tuple[int, int, in
     ]
 
 
-def _measured_from_json(data: dict, setting: str, expected: dict) -> dict:
+def _measured_from_json(data: dict, setting: str, expected: dict, calibration: str = "none"
+                        ) -> dict:  # fmt: skip
     """The measurements of a cache file's JSON, or ValueError naming what is wrong: another
-    version or setting, a missing or extra key, a time that is not a positive finite number
-    of ms below MAX_MS (verify(N) at least half of verify(1): no forward is cheaper), a τ̂
-    outside [1, N]."""
+    version, setting or calibration (`calibration_id`), a missing or extra key, a time that
+    is not a positive finite number of ms below MAX_MS (verify(N) at least half of verify(1):
+    no forward is cheaper), a τ̂ outside [1, N]."""
     if not isinstance(data, dict):
         raise ValueError(f"the file holds a {type(data).__name__}, not a measurement")
     if data.get("version") != SIZING_VERSION:
         raise ValueError(f"version {data.get('version')!r}, not {SIZING_VERSION}")
     if data.get("setting") != setting:
         raise ValueError(f"setting {data.get('setting')!r}, not {setting!r}")
-    fields = {"version", "setting", "verify_ms", "loop_ms", "draft_ms", "tau",
+    if data.get("calibration") != calibration:
+        raise ValueError(f"calibration {data.get('calibration')!r}, not {calibration!r}")
+    fields = {"version", "setting", "calibration", "verify_ms", "loop_ms", "draft_ms", "tau",
               "calibration_records", "cycles"}  # fmt: skip
     if set(data) != fields:
         raise ValueError(f"keys {sorted(data)}, expected {sorted(fields)}")

@@ -13,7 +13,12 @@
   exact law of the emitted tokens is the target's.
 - The sampled tree (`sampled_tree=True`) carries proposals and keeps the exact law; scoring the
   draws by the drawn tokens' own q breaks it (caught by the law check).
-- Training prompts come from the train split only.
+- Training prompts come from the train split only, validation prompts from the val split.
+- A head's maps (`HeadCalibration`, the file shipped beside a head): they round-trip, refuse
+  another head, give a setting's map only where it was recorded as helping; the drafter picks
+  the map of the setting it decodes in (negative control: a drafter that keeps the first map
+  for every setting is caught); `build_drafter`'s defaults (`tree_options`): the shipped maps
+  of a head directory, none for a head given as arrays, the sampled tree at T > 0.
 """
 
 from __future__ import annotations
@@ -31,13 +36,20 @@ from tiny_eagle import run as _run
 from minieagle import dynamic_tree as dt
 from minieagle import tree as trees
 from minieagle.calibration import (
+    HEAD_FILE,
     PRIOR_POINTS,
     Calibration,
+    HeadCalibration,
     _pool_adjacent_violators,
     fit_calibration,
+    load_any_calibration,
     load_calibration,
+    load_head_calibration,
     save_calibration,
+    save_head_calibration,
+    shipped_calibration,
     training_prompts,
+    validation_prompts,
 )
 from minieagle.drafters.eagle2 import Eagle2Drafter
 from minieagle.errors import InvalidInputError
@@ -346,7 +358,7 @@ def test_the_setting_and_type_are_checked():
         _run([1, 3], _drafter(calibration=_calibration(sampled), sampled_tree=True), sampled)
     with pytest.raises(InvalidInputError, match="calibration is a function; pass a"):
         _drafter(calibration=lambda q: q)
-    with pytest.raises(InvalidInputError, match="sampled_tree=1 must be True or False"):
+    with pytest.raises(InvalidInputError, match="sampled_tree=1 must be True, False or None"):
         _drafter(sampled_tree=1)
 
 
@@ -443,3 +455,154 @@ def test_training_prompts_come_from_the_train_split_only():
         training_prompts(tokenizer, "prose", 100_000)
     with pytest.raises(InvalidInputError, match="length=1 must be an integer >= 2"):
         training_prompts(tokenizer, "prose", 2, length=1)
+
+
+def test_validation_prompts_come_from_the_val_split_only():
+    from minieagle.checkpoint import load_checkpoint
+    from minieagle.cli import DEFAULT_MODEL
+    from minieagle.data import load_split
+
+    _, _, tokenizer = load_checkpoint(DEFAULT_MODEL)
+    for corpus in ("prose", "code"):
+        prompts = validation_prompts(tokenizer, corpus, 4, length=24, seed=0)
+        texts = {split: "\n".join(d.text for d in load_split(corpus, split))
+                 for split in ("train", "val", "test")}  # fmt: skip
+        for kind, ids in prompts:
+            assert kind == corpus and len(ids) == 24 and ids[0] == tokenizer.bos_id
+            text = tokenizer.decode(ids[1:])[:60]
+            assert text in texts["val"] and text not in texts["test"]
+        # boilerplate lines recur across documents, so not every window is absent from train
+        assert sum(tokenizer.decode(ids[1:])[:60] in texts["train"] for _, ids in prompts) < 4
+    with pytest.raises(InvalidInputError, match="prose val documents"):
+        validation_prompts(tokenizer, "prose", 100_000)
+
+
+# ---------------------------------------------------------------------------- a head's maps
+
+T0, T1 = SamplingParams(), SamplingParams(temperature=1.0)
+HEAD_KNOTS = {
+    "T=0": KNOTS,
+    "T=1": ([0.0, 1.0], [0.1, 0.9]),
+    "T=1,sampled": ([0.0, 1.0], [0.2, 0.7]),
+}
+
+
+def _head_maps(use=None, head="abc") -> HeadCalibration:
+    use = use or {"T=0": True, "T=1": False, "T=1,sampled": True}
+    maps = {s: Calibration(*k, s, records=7, head=head) for s, k in HEAD_KNOTS.items()}
+    validation = {s: {"tau_raw": 2.0, "tau_calibrated": 2.5 if use[s] else 1.5} for s in maps}
+    return HeadCalibration(head, maps, use, validation, {"command": "minieagle calibrate"})
+
+
+def _check_head_maps(maps: HeadCalibration) -> None:
+    """for_setting gives each setting's own map where it is used, None elsewhere."""
+    for setting, fitted in maps.maps.items():
+        got = maps.for_setting(setting)
+        if maps.use[setting]:
+            assert got is not None and got.setting == setting, f"{setting}: {got}"
+            assert np.array_equal(got.confidence, fitted.confidence)
+        else:
+            assert got is None, f"{setting}: a map that did not help is used"
+    assert maps.for_setting("T=0.7") is None
+
+
+def test_head_maps_round_trip_and_refuse_another_head(tmp_path):
+    maps = _head_maps()
+    path = save_head_calibration(maps, tmp_path / HEAD_FILE)
+    loaded = load_head_calibration(path, head="abc")
+    _check_head_maps(loaded)
+    assert loaded.use == maps.use and loaded.validation == maps.validation
+    assert loaded.provenance == {"command": "minieagle calibrate"}
+    assert isinstance(load_any_calibration(path), HeadCalibration)
+    single = save_calibration(_calibration(), tmp_path / "one.json")
+    assert isinstance(load_any_calibration(single), Calibration)
+    with pytest.raises(InvalidInputError, match="fitted for head 'abc', not 'xyz'; refit"):
+        load_head_calibration(path, head="xyz")
+    with pytest.raises(InvalidInputError, match="use=.* must say True or False"):
+        HeadCalibration("abc", maps.maps, {"T=0": True})
+    with pytest.raises(InvalidInputError, match=r"maps\['T=1'\] must be a Calibration fitted"):
+        HeadCalibration("abc", {"T=1": _calibration()}, {"T=1": True})
+
+
+def test_head_maps_checker_catches_maps_used_where_they_did_not_help():
+    """Negative control: a for_setting that ignores `use` (or mixes settings up) is caught."""
+
+    class IgnoresUse(HeadCalibration):
+        def for_setting(self, setting):
+            return self.maps.get(setting)
+
+    class FirstMapAlways(HeadCalibration):
+        def for_setting(self, setting):
+            return next(iter(self.maps.values()))
+
+    fine = _head_maps()
+    for broken in (IgnoresUse, FirstMapAlways):
+        with pytest.raises(AssertionError):
+            _check_head_maps(broken(fine.head, fine.maps, fine.use))
+
+
+def _fake_head_dir(path, payload=b"weights"):
+    """A directory whose model.safetensors `target_fingerprint` can read."""
+    path.mkdir()
+    header = json.dumps({"w": {"dtype": "U8", "shape": [len(payload)],
+                               "data_offsets": [0, len(payload)]}}).encode()  # fmt: skip
+    (path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + payload)
+    return path
+
+
+def test_shipped_maps_apply_only_to_the_head_they_were_fitted_for(tmp_path):
+    from minieagle.checkpoint import target_fingerprint
+
+    head_dir = _fake_head_dir(tmp_path / "head")
+    assert shipped_calibration(head_dir) is None  # no file: raw scores
+    save_head_calibration(_head_maps(head=target_fingerprint(head_dir)), head_dir / HEAD_FILE)
+    _check_head_maps(shipped_calibration(head_dir))
+    other = _fake_head_dir(tmp_path / "retrained", b"other weights")
+    save_head_calibration(_head_maps(head=target_fingerprint(head_dir)), other / HEAD_FILE)
+    with pytest.warns(UserWarning, match="its maps are not used .* minieagle calibrate --head"):
+        assert shipped_calibration(other) is None
+
+
+def test_the_drafter_ranks_by_the_map_of_the_setting_it_decodes_in():
+    """A head's maps: at T = 0 the drafter's trees are those of the T = 0 map alone; at T = 1
+    with the top-k tree (map not used) those of raw scores; with the sampled tree its map."""
+    maps = _head_maps()
+    cases = ((T0, False, maps.maps["T=0"]), (T1, False, None), (T1, True, maps.maps["T=1,sampled"]))
+    for sampling, sampled, expected in cases:
+        pools = []
+        for calibration in (maps, expected):
+            drafter = _drafter(3, 3, 8, calibration=calibration, sampled_tree=sampled)
+            _run([1, 3], drafter, sampling, SeededRandomness(1), n=4)
+            pools.append(drafter.pool.scores)
+            assert drafter.tree_sampled == sampled
+        assert drafter.active_calibration is expected
+        np.testing.assert_array_equal(pools[0], pools[1])
+
+
+def test_build_drafter_defaults_come_from_one_place(tmp_path):
+    """tree_options, which build_drafter and the CLI share: "auto" reads the head directory's
+    maps (none for a head given as arrays), "none" turns them off, a single map fixes the tree
+    it was fitted for; without a sizer the sampled tree is drawn at T > 0 only."""
+    from minieagle.checkpoint import target_fingerprint
+    from minieagle.drafters import build_drafter, tree_options
+
+    head_dir = _fake_head_dir(tmp_path / "head")
+    maps = _head_maps(head=target_fingerprint(head_dir))
+    save_head_calibration(maps, head_dir / HEAD_FILE)
+    chosen, sampled = tree_options("auto", None, head_dir)
+    _check_head_maps(chosen)
+    assert sampled is None
+    assert tree_options("auto", None, None) == (None, None)
+    assert tree_options("none", None, head_dir) == (None, None)
+    assert tree_options(None, True, head_dir) == (None, True)
+    path = save_calibration(_calibration(T1, sampled_tree=True), tmp_path / "sampled.json")
+    assert tree_options(path, None, None)[1] is True
+    path = save_calibration(_calibration(T1), tmp_path / "topk.json")
+    assert tree_options(path, None, None)[1] is False
+    with pytest.raises(InvalidInputError, match="fitted for head ''"):
+        tree_options(path, None, head_dir)  # a map of unknown provenance, another head's
+    for sampling, want in ((T0, False), (T1, True)):
+        drafter = build_drafter("eagle2", target=(TARGET, CONFIG), head=(HEAD, HEAD_CFG),
+                                depth=2, top_k=2, total_tokens=5)  # fmt: skip
+        _run([1, 3], drafter, sampling, SeededRandomness(0), n=3)
+        assert drafter.tree_sampled is want and drafter.active_calibration is None

@@ -274,13 +274,69 @@ def test_generate_ranks_the_dynamic_tree_by_a_calibration(capsys):
     capsys.readouterr()
     for argv, message in (
         ([*base, "--method", "eagle2", "--calibration", str(t0), "--temperature", "1"],
-         "the calibration was fitted for 'T=0' but this decoding is 'T=1'"),
+         "the calibration was fitted for 'T=0' but this decoding is 'T=1"),
         ([*base, "--method", "eagle3", "--calibration", str(t0)], "was fitted for head"),
         ([*base, "--calibration", str(t0)], "--calibration applies to --method eagle2 or eagle3"),
         ([*base, "--method", "eagle1", "--sampled-tree"], "--sampled-tree applies to --method"),
     ):  # fmt: skip
         assert main(argv) == 2
         assert message in capsys.readouterr().err
+
+
+def _copy_head(source: Path, destination: Path) -> Path:
+    """The head's weights and config (no calibration.json) in a directory of its own."""
+    destination.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (destination / name).write_bytes((source / name).read_bytes())
+    return destination
+
+
+def test_calibrate_ships_maps_that_decoding_uses_by_default(tmp_path, capsys):
+    """`minieagle calibrate --head DIR` writes DIR/calibration.json for the head's weights,
+    each setting used exactly where its validation τ beat the raw one; generate then ranks by
+    it unless --calibration none; once the weights change (a retrained head) it is not used,
+    with a warning naming the command that refits it."""
+    from minieagle.calibration import HeadCalibration, load_head_calibration, save_head_calibration
+    from minieagle.checkpoint import target_fingerprint
+
+    head = _copy_head(PRETRAINED / "small-eagle1", tmp_path / "head")
+    tiny = ["--fit-prompts", "1", "--val-prompts", "1", "--fit-tokens", "6", "--val-tokens", "6"]
+    assert main(["calibrate", "--head", str(head), *tiny]) == 0
+    written = capsys.readouterr().out.strip()
+    assert written == str(head / "calibration.json")
+    maps = load_head_calibration(written, head=target_fingerprint(head))
+    assert set(maps.maps) == {"T=0", "T=1", "T=1,sampled"}
+    for setting, numbers in maps.validation.items():
+        helped = numbers["tau_calibrated"] > numbers["tau_raw"]
+        helped &= numbers["prompts_above_raw"] > numbers["prompts_below_raw"]
+        assert maps.use[setting] == helped
+    assert maps.provenance["command"].startswith(f"minieagle calibrate --head {head}")
+    assert maps.provenance["validation"]["split"] == "val"
+    # Six tokens decide little: from here on every map is marked as having helped.
+    everywhere = dict.fromkeys(maps.maps, True)
+    save_head_calibration(HeadCalibration(maps.head, maps.maps, everywhere), written)
+    base = ["generate", "The garbage collector", "--max-new-tokens", "8", "--method", "eagle2",
+            "--head", str(head), "--total-tokens", "8", "--stats"]  # fmt: skip
+    for extra, line in (
+        ([], "top-k tree, calibrated scores (T=0 map)"),
+        (["--calibration", "none"], "top-k tree, raw scores"),
+        (["--temperature", "1"], "sampled tree, calibrated scores (T=1,sampled map)"),
+        (["--temperature", "1", "--sampled-tree", "off"], "top-k tree, calibrated scores (T=1 "),
+    ):  # fmt: skip
+        assert main([*base, *extra]) == 0
+        assert f"[dynamic tree: {line}" in capsys.readouterr().err
+    weights = head / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[8 + int.from_bytes(data[:8], "little")] ^= 1  # the first weight's lowest bit: retrained
+    weights.write_bytes(bytes(data))
+    with pytest.warns(UserWarning, match="its maps are not used .* minieagle calibrate --head"):
+        assert main(base) == 0
+    assert "raw scores" in capsys.readouterr().err
+
+
+def test_calibrate_refuses_a_head_that_is_not_an_eagle_head(capsys):
+    assert main(["calibrate", "--head", "small-medusa"]) == 2
+    assert "is not an EAGLE-1 or EAGLE-3 head" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------- interrupts, pipes

@@ -158,6 +158,12 @@ def test_every_shipped_file_is_in_the_current_formats(name):
         ours = Tokenizer.load(path.with_name("minieagle_tokenizer.json"))
         text = "def read_config(path):\n    return json.load(open(path))  # café, naïve ✓"
         assert hf.encode(text, add_special_tokens=False).ids == ours.encode(text)
+    elif path.name == "calibration.json":  # a head's maps, fitted for its weights as shipped
+        from minieagle.calibration import load_head_calibration
+        from minieagle.checkpoint import target_fingerprint
+
+        maps = load_head_calibration(path, head=target_fingerprint(path.parent))
+        assert {"T=0", "T=1", "T=1,sampled"} <= set(maps.maps)
     elif path.name == "tokenizer_config.json":
         assert json.loads(path.read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
     elif path.name == "calibration.json":  # a head's calibration maps, fitted for that head

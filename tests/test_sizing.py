@@ -18,6 +18,10 @@
 - `auto_size` measures once per machine, identity and sampling setting, caches atomically, and
   measures again (never raises) over a corrupt or outdated cache file (`measure_sizing` faked,
   so no decoding runs; a cache that never hits and a key that ignores the sampling are caught).
+- At T > 0 with the tree left open (sampled_tree=None) `auto_size` sizes the top-k and the
+  sampled tree, sharing the budget and the verify costs, caches each, and keeps the faster,
+  naming the other (a planted "always the first tree" is caught); the calibration a drafter
+  ranks by is part of the cache key and of the file (another map is measured again).
 - The drafters take the sizer's sizes at `begin`: EAGLE-2 grows the sized tree and stays the
   greedy reference, total_tokens = 1 drafts nothing; EAGLE-1's `choices="auto"` drafts the
   sized chain (0: nothing); inconsistent options are refused.
@@ -593,9 +597,10 @@ def test_sizing_from_picks_a_measured_candidate(measured):
 # ---------------------------------------------------------------------------- auto_size cache
 
 
-def _fake_measurements(calls):
+def _fake_measurements(calls, sampled_gain=1.0):
     """A stand-in for measure_sizing: records its call, returns measurements of the same shape
-    for its candidate_top_k and max_depth."""
+    for its candidate_top_k and max_depth (sampled_gain: τ̂'s excess over 1 is scaled by it
+    for the sampled tree)."""
 
     def fake(
         target,
@@ -610,19 +615,26 @@ def _fake_measurements(calls):
         max_depth,
         progress=False,
         sizes=sizing.TOTAL_TOKENS,
+        sampled_tree=False,
+        calibration=None,
+        costs=None,
+        budget_s=None,
         **_,
     ):
         calls.append(
-            {"sampling": sampling, "candidate_top_k": candidate_top_k, "max_depth": max_depth}
-        )
+            {"sampling": sampling, "candidate_top_k": candidate_top_k, "max_depth": max_depth,
+             "sampled_tree": sampled_tree, "calibration": calibration, "costs": costs,
+             "budget_s": budget_s}
+        )  # fmt: skip
         sizes = sorted({1, *sizes})
         depths = range(1, max_depth + 1)
+        gain = sampled_gain if sampled_tree else 1.0
         return {
             "verify_ms": {n: 1.0 + 0.02 * n for n in sizes},
             "loop_ms": 0.25,
             "draft_ms": {(k, d): 0.05 * k * d for k in candidate_top_k for d in depths},
             "tau": {
-                (k, d, n): 1.0 + (n - 1) * (1 - 0.5 ** min(d + 1, n - 1)) / (n + k)
+                (k, d, n): min(n, 1.0 + gain * (n - 1) * (1 - 0.5 ** min(d + 1, n - 1)) / (n + k))
                 for k, d, n in sizing._tau_keys(candidate_top_k, max_depth, sizes)
             },
             "calibration_records": 123,
@@ -796,6 +808,7 @@ BAD_ENTRIES = {
     "records-negative": ("calibration_records", None, -1),
     "records-float": ("calibration_records", None, 1.5),
     "setting": ("setting", None, "T=1"),
+    "calibration": ("calibration", None, "0123456789abcdef"),
     "extra-field": ("surprise", None, 1),
 }
 
@@ -861,6 +874,112 @@ def test_an_empty_home_writes_no_cache_at_the_filesystem_root(cache, monkeypatch
     assert sized.setting == "T=0" and len(calls) == 1 and made == []
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert cache_root() == tmp_path / "home" / ".cache" / "minieagle"
+
+
+# ---------------------------------------------------------------------------- both trees
+
+HOT = SamplingParams(temperature=1.0)
+
+
+@pytest.fixture
+def both_trees(monkeypatch, tmp_path):
+    """auto(sampled_gain, **options): auto_size at T = 1 with the tree left open, over a
+    fake measure_sizing whose sampled tree's τ̂ is scaled by sampled_gain; and its calls."""
+    monkeypatch.setenv("MINIEAGLE_CACHE", str(tmp_path))
+    calls = []
+
+    def auto(sampled_gain, sampling=HOT, **options):
+        monkeypatch.setattr(sizing, "measure_sizing", _fake_measurements(calls, sampled_gain))
+        return sizing.auto_size(TARGET, CONFIG, HEAD, HEAD_CFG, None, sampling, MEASURE_PROMPTS,
+                                identity="t|h", progress=False, sampled_tree=None,
+                                **options)  # fmt: skip
+
+    return auto, calls, tmp_path / "sizing"
+
+
+def _check_tree_choice(auto, calls, folder) -> None:
+    """Both trees sized at T = 1 (the second reusing the first's verify costs, the budget
+    shared), the faster kept whichever it is, the other named; cached (a second call
+    measures nothing); one tree at T = 0."""
+    for gain, want in ((3.0, True), (0.2, False)):
+        calls.clear()
+        for old in folder.glob("*.json"):
+            old.unlink()
+        chosen = auto(gain)
+        assert [c["sampled_tree"] for c in calls] == [False, True], "both trees are measured"
+        assert calls[0]["costs"] is None and calls[1]["costs"] is not None
+        half = sizing.SIZING_SECONDS / 2  # the first tree gets half, the second what is left
+        assert calls[0]["budget_s"] <= half < calls[1]["budget_s"] <= sizing.SIZING_SECONDS
+        assert chosen.sampled_tree is want, f"sampled gain {gain}: kept the slower tree"
+        assert chosen.setting == ("T=1,sampled" if want else "T=1")
+        assert chosen.alternative["sampled_tree"] is (not want)
+        assert chosen.expected_speedup >= chosen.alternative["expected_speedup"]
+        assert ("sampled tree:" if want else "top-k tree:") in chosen.describe()
+        assert len(list(folder.glob("*.json"))) == 2
+        assert auto(gain) == chosen and len(calls) == 2, "both trees' sizes are cached"
+    calls.clear()
+    greedy = auto(3.0, sampling=SamplingParams())
+    assert [c["sampled_tree"] for c in calls] == [False] and greedy.sampled_tree is False
+
+
+def test_at_t1_both_trees_are_sized_and_the_faster_kept(both_trees):
+    _check_tree_choice(*both_trees)
+
+
+def test_tree_choice_checker_catches_a_sizing_that_keeps_the_first_tree(both_trees, monkeypatch):
+    """Negative control: auto_size with its choice planted to keep the first (top-k) tree."""
+    monkeypatch.setattr(sizing, "_faster", lambda options: options[0])
+    with pytest.raises(AssertionError, match="kept the slower tree"):
+        _check_tree_choice(*both_trees)
+
+
+def test_the_drafters_calibration_is_measured_and_keys_the_cache(both_trees):
+    """Each tree is measured ranking by its own setting's map (a head's maps give each its
+    own); another map is measured again, the same map read back; the file names the map."""
+    from minieagle.calibration import HeadCalibration
+
+    auto, calls, folder = both_trees
+    first = Calibration([0.0, 1.0], [0.2, 0.9], "T=1")
+    maps = HeadCalibration("h", {"T=1": first, "T=1,sampled": Calibration([0.0, 1.0], [0.1, 0.6],
+                           "T=1,sampled")}, {"T=1": True, "T=1,sampled": True})  # fmt: skip
+    auto(3.0, calibration=maps)
+    assert [c["calibration"] for c in calls] == [first, maps.maps["T=1,sampled"]]
+    files = {json.loads(f.read_text())["calibration"] for f in folder.glob("*.json")}
+    assert files == {sizing.calibration_id(first), sizing.calibration_id(maps.maps["T=1,sampled"])}
+    auto(3.0, calibration=maps)
+    assert len(calls) == 2, "the same maps measured again"
+    unused = HeadCalibration("h", maps.maps, {"T=1": False, "T=1,sampled": True})
+    chosen = auto(3.0, calibration=unused)
+    assert len(calls) == 3 and calls[-1]["calibration"] is None and not calls[-1]["sampled_tree"]
+    assert chosen.calibrated, "the sampled tree (chosen) ranks by its map"
+    assert sizing.calibration_id(None) == "none" != sizing.calibration_id(first)
+
+
+def test_eagle2_draws_the_tree_the_sizer_chose():
+    """sampled_tree=None takes the sizer's tree at T > 0 (proposals carried: sampled), a
+    forced option wins over it, and greedy decoding never samples."""
+    for option, sized, sampling, want in (
+        (None, True, HOT, True), (None, False, HOT, False), (False, True, HOT, False),
+        (True, False, HOT, True), (None, True, SamplingParams(), False),
+    ):  # fmt: skip
+        sizes = _sizing()
+        sizes.sampled_tree = sized
+        drafter = Eagle2Drafter(
+            TARGET, CONFIG, HEAD, HEAD_CFG, depth=None, top_k=None, total_tokens=None,
+            sampled_tree=option, sizer=_sizer(sizes),
+        )  # fmt: skip
+        trees = []
+        original = drafter.propose
+
+        def propose(root, rng, max_nodes, original=original, trees=trees):
+            trees.append(original(root, rng, max_nodes))
+            return trees[-1]
+
+        drafter.propose = propose
+        run(PROMPT, drafter, sampling=sampling, n=6)
+        assert drafter.tree_sampled is want, (option, sized, sampling)
+        carried = any(p is not None for t in trees for p in t.proposals)
+        assert carried is want
 
 
 # ---------------------------------------------------------------------------- drafters

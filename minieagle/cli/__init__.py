@@ -1,5 +1,5 @@
-"""The `minieagle` command: demo, generate, chat, train, distill, bench, import, export,
-assignment.
+"""The `minieagle` command: demo, generate, chat, train, distill, bench, calibrate, import,
+export, assignment.
 
 One module per command (`minieagle.cli.generate` holds generate and chat, `export_import` both
 directions); `flags` holds what several commands share (default paths, flag types and groups),
@@ -40,7 +40,16 @@ __all__ = [
 
 def build_parser() -> argparse.ArgumentParser:
     """The `minieagle` parser: one subparser per command, added by the command's module."""
-    from minieagle.cli import assignment, bench, demo, distill, export_import, generate, train
+    from minieagle.cli import (
+        assignment,
+        bench,
+        calibrate,
+        demo,
+        distill,
+        export_import,
+        generate,
+        train,
+    )
 
     parser = argparse.ArgumentParser(
         prog="minieagle",
@@ -55,6 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_parser(sub)
     distill.add_parser(sub)
     bench.add_parser(sub)
+    calibrate.add_parser(sub)
     export_import.add_parsers(sub)  # export, import
     assignment.add_parser(sub)
     return parser

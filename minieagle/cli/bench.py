@@ -82,6 +82,7 @@ def cmd_bench(args) -> int:
         )  # fmt: skip
         print(format_report(results))
         results["sizing"] = _sizings(methods)
+        results["dynamic_tree"] = _tree_choices(methods)
         if args.out:
             out = Path(args.out)
             out = out.with_name(out.stem + "-methods" + out.suffix)
@@ -102,6 +103,18 @@ def _sizings(methods: dict) -> dict:
         sizer = getattr(drafter, "sizer", None)
         if sizer is not None:
             chosen[label] = {name: asdict(sizer(sampling)) for name, sampling in SETTINGS.items()}
+    return chosen
+
+
+def _tree_choices(methods: dict) -> dict:
+    """{label: {setting: the dynamic tree's sizes, tree and map (`Eagle2Drafter.decide`)}}
+    for the EAGLE-2/3 methods (sizes are cached by now, so this measures nothing)."""
+    from minieagle.bench_methods import SETTINGS
+
+    chosen = {}
+    for label, make in methods.items():
+        if hasattr(make(), "decide"):
+            chosen[label] = {name: make().decide(sampling) for name, sampling in SETTINGS.items()}
     return chosen
 
 

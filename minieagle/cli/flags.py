@@ -74,6 +74,17 @@ def integer(minimum: int, example: str, also=()):
     return parse
 
 
+def on_off(flag: str):
+    """An argparse type: "on" (True) or "off" (False)."""
+
+    def parse(text: str) -> bool:
+        if text not in ("on", "off"):
+            raise argparse.ArgumentTypeError(f"{text!r} is neither on nor off; pass {flag} off")
+        return text == "on"
+
+    return parse
+
+
 def number(example: str, *, positive: bool = False):
     """An argparse type: a finite float (> 0 when positive)."""
 
@@ -199,16 +210,20 @@ def generation_flags(p):
     device_flag(p)
     p.add_argument(
         "--calibration",
-        help="eagle2/eagle3: rank the dynamic tree by calibrated scores from this file, "
-        "fitted for this head and sampling setting (docs/calibration.md; e.g. "
-        "docs/results/eagle2-calibration-T0.json for greedy EAGLE-2)",
+        help="eagle2/eagle3: the scores the dynamic tree ranks by. Default: the maps shipped "
+        "beside the head (calibration.json, fitted by `minieagle calibrate`), each used in the "
+        "sampling setting where it measured better on the validation split; none: raw "
+        "scores; FILE: that map or head file, fitted for this head (docs/calibration.md)",
     )
     p.add_argument(
         "--sampled-tree",
         dest="sampled_tree",
-        action="store_const",
+        nargs="?",
         const=True,
+        type=on_off("--sampled-tree"),
         help="eagle2/eagle3 at T > 0: draw each node's children without replacement "
-        "(lossless; recovers the acceptance a deterministic top-k tree loses at T = 1)",
+        "(lossless; recovers the acceptance a deterministic top-k tree loses at T = 1). "
+        "Default: automatic sizing picks the faster tree, fixed sizes draw the sampled tree; "
+        "--sampled-tree off keeps the top-k tree",
     )
     p.add_argument("--stats", action="store_true", help="print tokens and ms/token to stderr")

@@ -35,7 +35,17 @@ def cmd_generate(args) -> int:
         )
         if getattr(drafter, "sizing", None) is not None:
             print(f"[{drafter.sizing.describe()}]", file=sys.stderr)
+        if hasattr(drafter, "active_calibration"):  # the dynamic tree's options as decoded
+            print(f"[{tree_options_line(drafter)}]", file=sys.stderr)
     return 0
+
+
+def tree_options_line(drafter) -> str:
+    """How a dynamic-tree drafter decoded: its tree and its scores (and the map's setting)."""
+    tree = "sampled tree" if drafter.tree_sampled else "top-k tree"
+    used = drafter.active_calibration
+    scores = f"calibrated scores ({used.setting} map)" if used is not None else "raw scores"
+    return f"dynamic tree: {tree}, {scores}"
 
 
 def cmd_chat(args) -> int:

@@ -61,16 +61,13 @@ def head_dir(args) -> Path:
     return default_head(args.method, args.model)
 
 
-def _sizer(args, target, config, head, tokenizer):
-    """sampling -> `minieagle.sizing.Sizing` for args.method's head on this machine (measured
-    once, then cached; memoised per sampling setting). --depth and --tree-top-k, when given,
-    constrain the search. Calibration prompts come from the corpora's train split."""
+def _sizer(args, target, config, head, tokenizer, calibration=None, sampled_tree=None):
+    """sampling -> `minieagle.sizing.Sizing` for args.method's head on this machine
+    (`sizing.make_sizer`: measured once, then cached). --depth and --tree-top-k, when given,
+    constrain the search; calibration and sampled_tree are the drafter's (`tree_options`)."""
     from minieagle import sizing
-    from minieagle.calibration import training_prompts
     from minieagle.checkpoint import target_fingerprint
-    from minieagle.sampling import setting_name
 
-    chosen = {}
     dynamic = args.method in ("eagle2", "eagle3")
     fixed = dict(depth=args.depth, top_k=args.tree_top_k) if dynamic else {}
     try:
@@ -78,33 +75,23 @@ def _sizer(args, target, config, head, tokenizer):
     except InvalidInputError as error:
         raise InvalidInputError(in_flag_words(str(error))) from None
     identity = f"{target_fingerprint(args.model)}|{target_fingerprint(head_dir(args))}"
-    params, cfg, vocab = (*head, None)[:3]
-
-    def size(sampling):
-        setting = setting_name(sampling)
-        if setting not in chosen:
-            prompts = training_prompts(tokenizer, "prose", 2) + training_prompts(
-                tokenizer, "code", 2
-            )
-            chosen[setting] = sizing.auto_size(
-                target, config, params, cfg, vocab, sampling, prompts, identity=identity,
-                progress=True, chain_only=not dynamic,
-                sampled_tree=not dynamic or bool(getattr(args, "sampled_tree", None)), **fixed,
-            )  # fmt: skip
-        return chosen[setting]
-
-    return size
+    return sizing.make_sizer(
+        target, config, head, tokenizer, identity=identity, chain_only=not dynamic,
+        sampled_tree=sampled_tree, calibration=calibration, **fixed,
+    )  # fmt: skip
 
 
 def drafter_factory(args, config, target, tokenizer=None):
     """A function returning a fresh drafter for args.method (None for vanilla); target is the
     target's prepared view (`_load`; EAGLE heads read its embedding and LM head). Validates
     everything first, and warns when a head or draft model records another target than
-    args.model. tokenizer: for automatic sizing (--total-tokens auto, --tree auto)."""
+    args.model. tokenizer: for automatic sizing (--total-tokens auto, --tree auto). The
+    dynamic tree's defaults (calibration, sampled tree) are `build_drafter`'s, decided by
+    `drafters.tree_options` from --calibration (none given: "auto") and --sampled-tree."""
     from minieagle import inference
     from minieagle.backend import array_module, put
     from minieagle.checkpoint import check_trained_for, load_checkpoint
-    from minieagle.drafters import build_drafter
+    from minieagle.drafters import build_drafter, load_draft_head, tree_options
 
     target = inference.prepare(target, config)
     params = target.params
@@ -114,29 +101,15 @@ def drafter_factory(args, config, target, tokenizer=None):
     chain_depth = DEFAULT_CHAIN_DEPTH if depth is None else depth
     tree = {"chain": f"chain:{chain_depth}", "auto": "auto"}.get(getattr(args, "tree", None))
     tree = tree or "default"
-    dtype = params["model.embed_tokens.weight"].dtype
-    if args.method in ("eagle1", "eagle2"):
-        from minieagle.heads.eagle1 import load_head
-
-        head = load_head(head_dir(args), target_dir=args.model, dtype=dtype)
-    if args.method == "eagle3":
-        from minieagle.heads.eagle3_io import load_eagle3_head
-
-        head = load_eagle3_head(
-            head_dir(args), dtype=dtype, target_config=config, target_dir=args.model
-        )
-    if args.method == "medusa":
-        from minieagle.heads.medusa import load_medusa_heads
-
-        head = load_medusa_heads(head_dir(args), target_dir=args.model, dtype=dtype)
-        if tree.startswith("chain:") and depth is None:  # one level per head
-            tree = f"chain:{head[1].num_heads}"
+    if args.method in ("eagle1", "eagle2", "eagle3", "medusa"):
+        head = load_draft_head(args.method, head_dir(args), (target, config), target_dir=args.model)
+    if args.method == "medusa" and tree.startswith("chain:") and depth is None:
+        tree = f"chain:{head[1].num_heads}"  # one level per head
     if args.method == "draft-model":
         draft_dir = args.draft_model or DEFAULT_DRAFT_MODEL
         draft_params, draft_config, _ = load_checkpoint(draft_dir, with_tokenizer=False)
         check_trained_for(draft_dir, args.model, kind="draft model")
         draft_model = (put(draft_params, xp), draft_config)
-    head = put(head, xp)
     method = args.method
     gamma = DEFAULT_GAMMA if getattr(args, "gamma", None) is None else args.gamma
     target = (target, config)
@@ -144,21 +117,27 @@ def drafter_factory(args, config, target, tokenizer=None):
     if method == "pld":
         for name in ("prompt_lookup_num_tokens", "max_matching_ngram_size"):
             kwargs[name] = getattr(args, name, None)
+    calibration = sampled_tree = None
+    if method in ("eagle2", "eagle3"):
+        given = getattr(args, "calibration", None)
+        try:
+            calibration, sampled_tree = tree_options(
+                "auto" if given is None else given,
+                getattr(args, "sampled_tree", None),
+                head_dir(args),
+            )
+        except InvalidInputError as error:
+            raise InvalidInputError(f"--calibration {given}: {error}") from None
+        kwargs.update(calibration=calibration, sampled_tree=sampled_tree)
     auto = method in ("eagle2", "eagle3") and args.total_tokens in (None, "auto")
     if auto or (method == "eagle1" and tree == "auto"):
         if tokenizer is None:
             raise InvalidInputError("automatic sizing needs the target's tokenizer")
-        kwargs["sizer"] = _sizer(args, target[0], config, head, tokenizer)
+        kwargs["sizer"] = _sizer(args, target[0], config, head, tokenizer, calibration,
+                                 sampled_tree)  # fmt: skip
     if method in ("eagle2", "eagle3"):
         total = None if auto else args.total_tokens
         kwargs.update(depth=depth, top_k=args.tree_top_k, total_tokens=total)
-        if getattr(args, "calibration", None) is not None:
-            from minieagle.calibration import load_calibration
-            from minieagle.checkpoint import target_fingerprint
-
-            fitted_for = target_fingerprint(head_dir(args))  # refuses another head's map
-            kwargs["calibration"] = load_calibration(args.calibration, head=fitted_for)
-        kwargs["sampled_tree"] = bool(getattr(args, "sampled_tree", None))
     try:
         build_drafter(method, **kwargs)  # validate now
     except InvalidInputError as error:

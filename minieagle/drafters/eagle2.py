@@ -19,10 +19,13 @@ Every pick is deterministic, so the tree carries no proposals: the verifier uses
 lossless at any temperature (docs/lossless.md). Head forwards per cycle: 1 + depth (fewer near
 the end of the context, where `max_nodes` leaves no room for the deeper levels).
 
-Two options, both off by default (docs/calibration.md):
-  calibration   a `minieagle.calibration.Calibration` fitted for this sampling setting: each
-                child's score term log q becomes log c(q), the measured log chance that the
-                target accepts it; expansion and reranking both rank by these scores. The
+Two options, both off in the class by default (`build_drafter` turns them on where they
+measured better; docs/calibration.md):
+  calibration   a `minieagle.calibration.Calibration` fitted for this sampling setting, or a
+                head's maps (`HeadCalibration`: one per setting, each used only where it
+                measured better on validation; `for_setting` picks it when decoding begins):
+                each child's score term log q becomes log c(q), the measured log chance that
+                the target accepts it; expansion and reranking both rank by these scores. The
                 recorded confidence stays q, so the map can be refitted.
   sampled_tree  at T > 0, each expanded node's children are drawn without replacement from the
                 draft distribution processed like the target's, each carrying the distribution
@@ -33,7 +36,8 @@ Two options, both off by default (docs/calibration.md):
                 it is drawn: 1 for the first (a sample of q itself, which a target equal to the
                 draft would accept surely), the j-th largest processed draft probability for
                 draw j > 1; the score term is its log, or its calibrated log. Greedy decoding
-                ignores the option.
+                ignores the option. None decides when decoding begins: the sizer's choice
+                (`Sizing.sampled_tree`), else the sampled tree at T > 0.
 
 Hyperparameters, named and counted as in the official code and the serving engines:
   depth         expansion steps (head forwards after the catch-up); the tree is up to depth + 1
@@ -110,7 +114,7 @@ class Eagle2Drafter(HeadDrafter):
         top_k: int | None = DEFAULT_TOP_K,
         total_tokens: int | None = DEFAULT_TOTAL_TOKENS,
         calibration=None,
-        sampled_tree: bool = False,
+        sampled_tree: bool | None = False,
         sizer=None,
     ):
         if sizer is None:
@@ -125,28 +129,34 @@ class Eagle2Drafter(HeadDrafter):
         if calibration is not None and not _is_calibration(calibration):
             raise InvalidInputError(
                 f"calibration is a {type(calibration).__name__}; pass a "
-                "minieagle.calibration.Calibration (fit_calibration or load_calibration) or None"
+                "minieagle.calibration.Calibration (fit_calibration or load_calibration), a "
+                "HeadCalibration (load_head_calibration) or None"
             )
-        if not isinstance(sampled_tree, bool):
-            raise InvalidInputError(f"sampled_tree={sampled_tree!r} must be True or False")
+        if sampled_tree is not None and not isinstance(sampled_tree, bool):
+            raise InvalidInputError(
+                f"sampled_tree={sampled_tree!r} must be True, False or None (decided when "
+                "decoding begins)"
+            )
         super().__init__(target_params, target_config, head, head_cfg, vocab)
         self._check_bounds(total_tokens)
         self.depth, self.top_k, self.total_tokens = depth, top_k, total_tokens
         self.calibration, self.sampled_tree = calibration, sampled_tree
+        self.tree_sampled, self.active_calibration = False, None  # as decoding began
         self.sizer, self.sizing = sizer, None
         self.pool, self.selected = None, None
         self.calibration_records: list[tuple[float, bool]] = []
         self._verified = None  # (tree, confidence [N]) of the last proposal
 
     def begin(self, prompt_ids, features, sampling: SamplingParams) -> None:
-        if self.calibration is not None:
-            want = setting_name(sampling, sampled_tree=self.sampled_tree)
-            if self.calibration.setting != want:
-                raise InvalidInputError(
-                    f"the calibration was fitted for {self.calibration.setting!r} but this "
-                    f"decoding is {want!r}; pass the calibration fitted for {want!r} (one per "
-                    "sampling setting) or none"
-                )
+        self.decide(sampling)
+        self.draft_slots = self.depth * self.top_k  # the frontier nodes fed to the head a cycle
+        super().begin(prompt_ids, features, sampling)
+
+    def decide(self, sampling: SamplingParams) -> dict:
+        """What this drafter decodes `sampling` with, decided when decoding begins: the sizes
+        (the sizer's, if any), the tree (`tree_sampled`: the sampled_tree option, else the
+        sizer's choice, else the sampled tree at T > 0) and the map (`active_calibration`).
+        Returns them as plain data, for reports."""
         if self.sizer is not None:  # sizes for this sampling setting (minieagle.sizing)
             self.sizing = self.sizer(sampling)
             self.depth, self.top_k = self.sizing.depth, self.sizing.top_k
@@ -154,8 +164,35 @@ class Eagle2Drafter(HeadDrafter):
             self.drafts_nothing = self.total_tokens == 1  # no tree pays on this machine
             if not self.drafts_nothing:
                 _check_sizes(self.depth, self.top_k, self.total_tokens)
-        self.draft_slots = self.depth * self.top_k  # the frontier nodes fed to the head a cycle
-        super().begin(prompt_ids, features, sampling)
+        sampled = self.sampled_tree
+        if sampled is None:  # the sizer's choice, else the tree that measured better at T > 0
+            sampled = getattr(self.sizing, "sampled_tree", True)
+        self.tree_sampled = bool(sampled) and not sampling.greedy
+        self.active_calibration = self._calibration_for(sampling)
+        used = self.active_calibration
+        return {
+            "depth": self.depth,
+            "top_k": self.top_k,
+            "total_tokens": self.total_tokens,
+            "sampled_tree": self.tree_sampled,
+            "calibration": None if used is None else used.setting,
+        }
+
+    def _calibration_for(self, sampling: SamplingParams):
+        """The map to rank by in this decoding: a head's maps give the one for its setting
+        (or None); a single map must have been fitted for it."""
+        if self.calibration is None:
+            return None
+        want = setting_name(sampling, sampled_tree=self.tree_sampled)
+        if callable(getattr(self.calibration, "for_setting", None)):
+            return self.calibration.for_setting(want)
+        if self.calibration.setting != want:
+            raise InvalidInputError(
+                f"the calibration was fitted for {self.calibration.setting!r} but this "
+                f"decoding is {want!r}; pass the calibration fitted for {want!r} (one per "
+                "sampling setting) or none"
+            )
+        return self.calibration
 
     def _check_bounds(self, total_tokens) -> None:
         """total_tokens within the context, so that top_k (<= total_tokens - 1) is bounded by
@@ -176,7 +213,7 @@ class Eagle2Drafter(HeadDrafter):
         f_root, root_logits = self.root_prediction
         predicted, logits, slot = {0: f_root}, {0: root_logits}, {}  # by node id = pool index + 1
         head_outputs = (predicted, logits, slot)  # this cycle's, filled in level by level
-        proposals = [] if self.sampled_tree and not self.sampling.greedy else None
+        proposals = [] if self.tree_sampled else None
         ### BEGIN SOLUTION eagle2_tree
         drafts = min(self.total_tokens, max_nodes) - 1
         steps = min(self.depth, drafts - 1)  # levels deeper than `drafts` cannot be chosen
@@ -249,9 +286,9 @@ class Eagle2Drafter(HeadDrafter):
         log acceptance. tokens [F, k]; log_q [F, V]: the head's log-softmax at their parents
         (None on the deterministic path, which never computes it whole); unused here, the
         hook a subclass could misuse (tests/test_calibration.py plants that bug)."""
-        if self.calibration is None:
+        if self.active_calibration is None:
             return confidence
-        return self.calibration.log_acceptance(confidence)
+        return self.active_calibration.log_acceptance(confidence)
 
 
 def _reached_nodes(tree: Tree, confidence: np.ndarray, kept_tokens) -> list[tuple[float, bool]]:
@@ -270,11 +307,11 @@ def _reached_nodes(tree: Tree, confidence: np.ndarray, kept_tokens) -> list[tupl
 
 
 def _is_calibration(calibration) -> bool:
-    """Whether `calibration` is shaped like a `minieagle.calibration.Calibration` (the drafter
-    sits below that module and only calls these two members)."""
-    return callable(getattr(calibration, "log_acceptance", None)) and isinstance(
-        getattr(calibration, "setting", None), str
-    )
+    """Whether `calibration` is shaped like a `minieagle.calibration.Calibration` or a
+    `HeadCalibration` (the drafter only calls these members)."""
+    one = callable(getattr(calibration, "log_acceptance", None))
+    maps = callable(getattr(calibration, "for_setting", None))
+    return (one or maps) and isinstance(getattr(calibration, "setting", None), str)
 
 
 def _check_sizes(depth, top_k, total_tokens) -> None:

@@ -1,0 +1,97 @@
+"""`minieagle calibrate`: fit a head's calibration maps and write them beside it
+(DIR/calibration.json), used by default where they measured better on the validation split."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from minieagle.cli.flags import DEFAULT_MODEL, integer
+from minieagle.cli.methods import load_target
+from minieagle.errors import InvalidInputError
+
+
+def cmd_calibrate(args) -> int:
+    from minieagle.calibrate import calibrate_head
+    from minieagle.calibration import HEAD_FILE, save_head_calibration
+    from minieagle.shipped import _config, default_head, resolve_head
+
+    head_dir = (
+        resolve_head(args.head) if args.head else default_head(args.method or "eagle2", args.model)
+    )
+    kind = _config(head_dir).get("minieagle_head")
+    method = args.method or {"eagle1": "eagle2", "eagle3": "eagle3"}.get(kind)
+    if method is None:
+        raise InvalidInputError(
+            f"{head_dir} is not an EAGLE-1 or EAGLE-3 head (its config.json records "
+            f"minieagle_head={kind!r}); pass an EAGLE head directory or name, e.g. --head "
+            "small-eagle1"
+        )
+    out = Path(args.out) if args.out else head_dir / HEAD_FILE
+    if not out.parent.is_dir():
+        raise InvalidInputError(f"--out {out}: the directory {out.parent} does not exist")
+    target, config, tokenizer = load_target(args.model)
+    model = [] if args.model == str(DEFAULT_MODEL) else ["--model", args.model]
+    command = shlex.join(
+        ["minieagle", "calibrate", "--head", args.head or head_dir.name, *model, "--method",
+         method, "--fit-prompts", str(args.fit_prompts), "--val-prompts", str(args.val_prompts),
+         "--fit-tokens", str(args.fit_tokens), "--val-tokens", str(args.val_tokens)]
+    )  # fmt: skip
+    fitted = calibrate_head(
+        target,
+        config,
+        tokenizer,
+        head_dir,
+        method,
+        target_dir=args.model,
+        fit_prompts=args.fit_prompts,
+        val_prompts=args.val_prompts,
+        fit_tokens=args.fit_tokens,
+        val_tokens=args.val_tokens,
+        command=command,
+    )
+    save_head_calibration(fitted, out)
+    print(out)
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "calibrate",
+        help="fit a head's calibration maps (one per sampling setting) on training prompts, "
+        "judge them on the validation split, and write them beside the head "
+        "(DIR/calibration.json), used by default where they helped",
+    )
+    p.add_argument(
+        "--head",
+        help="EAGLE-1 or EAGLE-3 head: a directory or a shipped head's "
+        "name (default: the shipped EAGLE-1 head for --model)",
+    )
+    p.add_argument("--model", default=str(DEFAULT_MODEL), help="the target the head drafts for")
+    p.add_argument(
+        "--method",
+        choices=["eagle2", "eagle3"],
+        help="default: eagle2 for an EAGLE-1 head, eagle3 for an EAGLE-3 head",
+    )
+    p.add_argument("--out", help="where to write the maps (default: HEAD/calibration.json)")
+    p.add_argument(
+        "--fit-prompts",
+        dest="fit_prompts",
+        type=integer(1, "a count such as 12"),
+        default=12,
+        help="training prompts per corpus (prose, code)",
+    )
+    p.add_argument(
+        "--val-prompts",
+        dest="val_prompts",
+        type=integer(1, "a count such as 8"),
+        default=8,
+        help="validation prompts per corpus",
+    )
+    p.add_argument(
+        "--fit-tokens", dest="fit_tokens", type=integer(1, "a count such as 64"), default=64
+    )
+    p.add_argument(
+        "--val-tokens", dest="val_tokens", type=integer(1, "a count such as 48"), default=48
+    )
+    p.set_defaults(func=cmd_calibrate, method=None)
