@@ -324,9 +324,18 @@ def main(argv=None) -> dict:
             p for p in results["points"] if (p["head"], p["point"]) != (record["head"], point)
         ]
         steps = record["steps"]
+        by_kind = {  # τ per kind of prompt: prose and code, held-out and out of domain
+            setting: {
+                f"{set_name}/{kind}": entry[label]["tau"]
+                for set_name in bench for kind, entry in bench[set_name][setting].items()
+                if kind != "all"
+            }
+            for setting in bench[PROMPT_SETS[0]]
+        }  # fmt: skip
         results["points"].append({
             "point": point, "tokens": steps * args.batch_size * (args.seq_len + 1),
             "steps": steps, "method": method, **record, **summarise(bench, label),
+            "tau_by_kind": by_kind,
         })  # fmt: skip
         shared = ("model", "features", "planned", "blocks", "unit_tokens", "decay_fraction",
                   "batch_size", "seq_len", "lr", "warmup_steps", "ttt_steps", "seed", "depth",

@@ -51,7 +51,7 @@ for head in eagle3 eagle1; do
     nice_level=0; [ "$head" = eagle1 ] && nice_level=19
     nohup nice -n "$nice_level" python benchmarks/eagle3_scaling.py --model "$T/targets/small" \
       --features "$T/corpus" "$T/self-T1" --planned-shards 80 560 --out "$T/scaling" \
-      --heads "$head" --json docs/results/eagle3-scaling.json \
+      --heads "$head" --prompts-per-kind 8 --json docs/results/eagle3-scaling.json \
       --plot docs/results/eagle3-scaling.png >"$T/scaling-$head.log" 2>&1 &
   fi
 done
