@@ -56,7 +56,7 @@ ref = importlib.import_module("minieagle.verify")
     + BIND,
     "editable-install finder": """
 import glob, importlib, site, sys
-for _path in sys.path:
+for _path in list(sys.path):
     for _finder in glob.glob(_path + "/__editable__*minieagle*finder.py"):
         sys.path.insert(0, _path)
         importlib.import_module(_finder.rsplit("/", 1)[1][:-3]).install()
@@ -173,7 +173,7 @@ def _reports() -> dict[str, grader.Report]:
 @pytest.mark.parametrize("cheat", list(CHEATS))
 def test_a_cheat_scores_nothing(cheat):
     report = _reports()[cheat]
-    assert report.total == 25 and report.score == 0, f"{cheat}:\n{report.text()}"
+    assert report.total > 0 and report.score == 0, f"{cheat}:\n{report.text()}"
 
 
 def test_no_cheat_leaks_the_hidden_tests_or_the_answers():

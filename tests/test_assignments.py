@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from minieagle.assignments import grader, overlay, release, solutions
+from minieagle.assignments import edition, grader, overlay, release, solutions
 from minieagle.cli import main
 
 ASSIGNMENTS = [name for name in grader.NAMES if (grader.HERE / name / "__init__.py").exists()]
 LIBRARY = grader.LIBRARY
-NOTEBOOKS = release.REPOSITORY / "notebooks"
+NOTEBOOKS = edition.REPOSITORY / "notebooks"
 
 
 def test_every_assignment_is_present():
@@ -214,6 +214,13 @@ def test_student_folder_has_no_solution_and_passes_only_once_filled_in(name, tmp
     questions = handout.split("## Written questions")[1]
     count = len(re.findall(r"^\d+\. ", questions, flags=re.M))
     assert count >= 3 and answers.count("Your answer:") == count, answers
+    readme = (folder / "README.md").read_text(encoding="utf-8")
+    total = sum(t["points"] for t in grader.isolation.expected_tests(grader.test_sources(name)))
+    for section in ("## Points", "## Install, work, check and submit", "## References"):
+        assert section in readme, f"{name}'s handout lacks {section}"
+    assert f"{total} points in all" in readme and "arXiv:" in readme
+    outside = re.findall(r"\]\(|docs/|notebooks/|https?://", readme)
+    assert not outside, f"{name}'s handout points outside the student's folder: {outside}"
 
     untouched = _public_tests(folder)
     assert untouched.returncode == 1, untouched.stdout[-2000:]  # 1: tests ran and failed
@@ -269,11 +276,11 @@ def _instructor_lines(text: str) -> list[str]:
         p.read_text(encoding="utf-8")
         for p in sources
         if p.is_relative_to(NOTEBOOKS)
-        or not release.instructor_only(p.relative_to(LIBRARY).as_posix())
+        or not edition.instructor_only(p.relative_to(LIBRARY).as_posix())
     )
     found = []
     for path in LIBRARY.rglob("*"):
-        if path.is_file() and release.instructor_only(path.relative_to(LIBRARY).as_posix()):
+        if path.is_file() and edition.instructor_only(path.relative_to(LIBRARY).as_posix()):
             for line in path.read_text(encoding="utf-8").splitlines():
                 line = line.strip()
                 if len(line) >= 40 and line not in public and line in text:
@@ -281,14 +288,9 @@ def _instructor_lines(text: str) -> list[str]:
     return found
 
 
-@functools.cache
-def _edition(tmp: Path) -> Path:
-    return release.release(tmp / "edition", ASSIGNMENTS)
-
-
 @pytest.fixture(scope="module")
-def edition(tmp_path_factory) -> Path:
-    return _edition(tmp_path_factory.mktemp("release"))
+def student_edition(tmp_path_factory) -> Path:
+    return release.release(tmp_path_factory.mktemp("release") / "edition", ASSIGNMENTS)
 
 
 _TEXT = (".py", ".md", ".toml", ".txt")
@@ -310,38 +312,29 @@ def _distinctive_solution_lines(names: tuple[str, ...]) -> set[tuple[str, str]]:
     }
 
 
-def test_student_edition_holds_no_solution_line_hidden_test_or_answer(edition):
+def test_student_edition_holds_no_solution_line_hidden_test_or_answer(student_edition):
     """Every line inside a released region (and not elsewhere in the public code) is absent, and
     so is every distinctive line of the hidden tests, answers, planted bugs and notebook answers."""
-    files = [p for p in edition.rglob("*") if p.is_file()]
+    files = [p for p in student_edition.rglob("*") if p.is_file()]
     assert not any("instructor" in p.parts or "notebook_answers" in p.parts for p in files)
     text = "\n".join(p.read_text(encoding="utf-8") for p in files if p.suffix in _TEXT)
     leaked = _instructor_lines(text)
     assert not leaked, f"instructor material in the student edition: {leaked[:3]}"
-    sources = {
-        p: p.read_text(encoding="utf-8") for p in [*LIBRARY.rglob("*.py"), *NOTEBOOKS.glob("*.py")]
-    }
-    public = "\n".join(solutions.edition(source, ASSIGNMENTS) for source in sources.values())
-    lines = {
-        (path.name, line)
-        for path, source in sources.items()
-        for name in ASSIGNMENTS
-        for line in solutions.solution_text(source, name)
-        if len(line) >= 12 and line not in public  # a line the public code holds anyway is no leak
-    }
+    lines = _distinctive_solution_lines(tuple(ASSIGNMENTS))
     assert len(lines) > 200, f"only {len(lines)} solution lines were looked for"
     found = sorted((name, line) for name, line in lines if line in text)
     assert not found, f"solution lines in the student edition: {found[:3]}"
 
 
-def test_student_edition_stubs_the_notebooks_solving_cells(edition):
-    notebook = (edition / "notebooks" / "02_speculative_sampling.py").read_text(encoding="utf-8")
+def test_student_edition_stubs_the_notebooks_solving_cells(student_edition):
+    notebook = student_edition / "notebooks" / "02_speculative_sampling.py"
+    notebook = notebook.read_text(encoding="utf-8")
     assert 'raise NotImplementedError("verifier: this part is yours to write")' in notebook
     kept, solved = "def verify_by_hand(" in notebook, "r = np.maximum(p - q, 0.0)" in notebook
     assert kept and not solved, "notebook 02's by-hand verifier must be a stub in the edition"
 
 
-def test_student_edition_runs_as_a_library_with_the_parts_stubbed(edition):
+def test_student_edition_runs_as_a_library_with_the_parts_stubbed(student_edition):
     """Imported from the edition: the stubs raise, the assignments list, and their specs hold no
     planted bugs or hidden tests."""
     code = (
@@ -357,8 +350,8 @@ def test_student_edition_runs_as_a_library_with_the_parts_stubbed(edition):
         "    print(error)\n"
     )
     run = subprocess.run(
-        [sys.executable, "-c", code], cwd=edition, capture_output=True, text=True,
-        env={**os.environ, "PYTHONPATH": str(edition)},
+        [sys.executable, "-c", code], cwd=student_edition, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(student_edition)},
     )  # fmt: skip
     assert run.returncode == 0 and "yours to write" in run.stdout, run.stderr[-2000:]
 
@@ -370,7 +363,7 @@ def test_release_refuses_an_existing_folder(tmp_path):
 
 def test_the_grading_copy_holds_the_submission_and_no_reference_of_its_regions(tmp_path):
     submitted = "SUBMITTED = True\n"
-    package = release.package_copy(tmp_path, ["verifier"], replace={"verify.py": submitted},
+    package = edition.package_copy(tmp_path, ["verifier"], replace={"verify.py": submitted},
                                    link_data=True)  # fmt: skip
     assert (package / "verify.py").read_text() == submitted
     text = "\n".join(p.read_text(encoding="utf-8") for p in package.rglob("*.py"))
@@ -380,7 +373,7 @@ def test_the_grading_copy_holds_the_submission_and_no_reference_of_its_regions(t
     assert lines and not [line for line in lines if line in text]
     assert not (package / "assignments" / "verifier" / "instructor").exists()
     with pytest.raises(FileNotFoundError, match="not a file of the package"):
-        release.package_copy(tmp_path / "b", ["verifier"], replace={"nope.py": ""})
+        edition.package_copy(tmp_path / "b", ["verifier"], replace={"nope.py": ""})
 
 
 def test_cli_releases_a_student_edition(tmp_path, capsys):

@@ -124,14 +124,13 @@ def make(name: str, out: str | Path) -> Path:
         )
     out.mkdir(parents=True)
     _write_sources(out / "submission", assignment.stub_sources())
-    handout = (assignment.folder / "handout.md").read_text(encoding="utf-8")
+    handout = handout_text(name)
     files = "\n".join(
         f"- `submission/{f}` (the library's `minieagle/{f}`)" for f in assignment.files
     )
     (out / "README.md").write_text(
-        f"{handout.rstrip()}\n\n## Your files\n\n{files}\n\nEach `raise NotImplementedError` "
-        "marks a part to write. Run the public tests from this folder with `python -m pytest`; "
-        "they import your files in place of minieagle's own. The grader runs more tests.\n",
+        f"{handout.rstrip()}\n\n## Your files\n\n{files}\n\n"
+        + _STEPS.format(name=name, folder=out.name),
         encoding="utf-8",
     )
     (out / "ANSWERS.md").write_text(answers_template(assignment.title, handout), encoding="utf-8")
@@ -139,6 +138,50 @@ def make(name: str, out: str | Path) -> Path:
     (out / "conftest.py").write_text(_CONFTEST, encoding="utf-8")
     (out / "pytest.ini").write_text(_PYTEST_INI, encoding="utf-8")
     return out
+
+
+_STEPS = """## Install, work, check and submit
+
+1. Install the course's student edition of minieagle once (in its folder: `pip install -e .`; its
+   README says more). This folder was made by `minieagle assignment make {name} {folder}`.
+2. Write your code in `submission/` only. Each `raise NotImplementedError` marks a part to write;
+   keep the files' names and the functions' signatures.
+3. `python -m pytest` in this folder runs the public tests against your files (they import your
+   files in place of minieagle's own).
+4. `minieagle assignment grade {name} .` grades your files as the grader does, on the tests you
+   have; the instructor's grader runs the hidden tests too (see Points).
+5. Answer the written questions in `ANSWERS.md`.
+6. Hand in `submission/` and `ANSWERS.md`, for example `zip -r {name}.zip submission ANSWERS.md`,
+   as your course says. Only the files listed under "Your files" are graded.
+"""
+
+
+def handout_text(name: str) -> str:
+    """The handout of assignment `name` with its Points section: every test, its points and what
+    it checks. A student edition's handout has the section already (written by `release`, where
+    the hidden tests are known); elsewhere it is made from the tests this copy holds."""
+    handout = (get(name).folder / "handout.md").read_text(encoding="utf-8").rstrip() + "\n"
+    if "\n## Points\n" in handout:
+        return handout
+    return f"{handout}\n{points_table(name)}"
+
+
+def points_table(name: str) -> str:
+    """'## Points' and a table of every test of `name` (public and hidden): points, test, what
+    it checks, and whether the student has it."""
+    tests = isolation.expected_tests(test_sources(name))
+    rows = [
+        f"| {t['points']} | `{t['test']}` | {t['doc'].replace('|', '/')} | "
+        f"{'public' if t['id'].startswith('test_public.py') else 'hidden'} |"
+        for t in tests
+    ]
+    total = sum(t["points"] for t in tests)
+    public = sum(t["points"] for t in tests if t["id"].startswith("test_public.py"))
+    return (
+        f"## Points\n\n{total} points in all; the public tests (in `test_public.py`) carry "
+        f"{public}, the hidden tests the rest. A test scores all its points or none.\n\n"
+        "| points | test | what it checks | |\n|---|---|---|---|\n" + "\n".join(rows) + "\n"
+    )
 
 
 def answers_template(title: str, handout: str) -> str:
@@ -177,7 +220,7 @@ class Report:
         """A readable report: one line per test, then why each failed test failed."""
         lines = [f"{self.assignment}: {self.score} / {self.total} points", ""]
         if self.problem:
-            lines[1:1] = [f"Grading stopped early: {self.problem}", ""]
+            lines += [f"Grading stopped early: {self.problem}", ""]
         width = max((len(r["test"]) for r in self.results), default=10)
         for r in self.results:
             got = r["points"] if r["passed"] else 0
@@ -242,6 +285,11 @@ def check(name: str) -> list[tuple[str, Report]]:
     """Grade the reference, the untouched stub and every planted bug of assignment `name`:
     [(what was graded, its report)]. The instructor's check that an assignment grades well."""
     assignment = get(name)
+    if not (assignment.folder / "instructor" / "test_hidden.py").exists():
+        raise ValueError(
+            f"{name} has no instructor/ folder here (a student edition or a wheel): `check` "
+            "grades the reference and the planted bugs, so run it in a clone of the repository"
+        )
     graded = [
         ("reference", grade_sources(name, assignment.reference_sources())),
         ("stub", grade_sources(name, assignment.stub_sources())),

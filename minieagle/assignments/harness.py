@@ -32,16 +32,24 @@ import sys
 import types
 
 _READ_ONLY_DEVICES = ("/dev/null", "/dev/urandom", "/proc/cpuinfo", "/proc/meminfo")
-_REFUSED_TO_SUBMISSION = (
-    "exec", "compile", "sys._getframe", "object.__getattr__", "gc.get_objects",
-    "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile",
+# refused to the submission's own call (the library does them legitimately: dataclasses exec,
+# imports compile, warnings and tracebacks read frames)
+_NOT_BY_SUBMISSION = ("exec", "compile", "sys._getframe", "object.__getattr__")
+# refused while the submission is anywhere on the stack (no test needs them)
+_NOT_UNDER_SUBMISSION = (
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile",
     "sys.addaudithook", "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn",
     "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg", "signal.pthread_kill",
-    "os.symlink", "os.link", "os.rename", "os.remove", "os.rmdir", "os.chmod", "os.chown",
-    "os.truncate", "socket.connect", "socket.bind", "_thread.start_new_thread",
-    "os.listdir", "os.scandir", "os.walk", "glob.glob", "shutil.rmtree",
+    "socket.connect", "socket.bind", "_thread.start_new_thread", "ctypes.dlopen",
+    "ctypes.dlsym", "ctypes.cdata", "ctypes.addressof", "ctypes.string_at",
 )  # fmt: skip
-_REFUSED_PREFIXES = ("ctypes.", "winreg.", "sqlite3.", "urllib.", "http.", "ftplib.")
+# path operations: allowed in the work folder only (listing: where reading is allowed)
+_CHANGES = (
+    "os.symlink", "os.link", "os.rename", "os.remove", "os.rmdir", "os.chmod", "os.chown",
+    "os.truncate", "os.mkdir", "os.utime", "shutil.rmtree", "shutil.copyfile", "shutil.move",
+)  # fmt: skip
+_LISTINGS = ("os.listdir", "os.scandir")
+_WATCHED = frozenset(("open", *_NOT_BY_SUBMISSION, *_NOT_UNDER_SUBMISSION, *_CHANGES, *_LISTINGS))
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -53,10 +61,19 @@ def _under(path: str, roots) -> bool:
     return any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
 
 
+def _paths(args) -> list[str]:
+    """The file paths among an audit event's arguments, absolute (file descriptors left out)."""
+    return [
+        os.path.abspath(os.fsdecode(a))
+        for a in args
+        if isinstance(a, (str, bytes)) or hasattr(a, "__fspath__")
+    ]
+
+
 def _policy(spec: dict):
     """The audit hook for `spec`: a function (event, args) that raises Refused."""
     copy, work, tests = spec["copy"], spec["work"], spec["tests"]
-    python = [p for p in spec["python_paths"]]
+    python = list(spec["python_paths"])
     denied_names = ("minieagle", "__editable__", "_minieagle")
     submission = frozenset(spec["submission_files"])
     inside = [False]  # the hook's own sys._getframe call must not recurse into it
@@ -64,7 +81,7 @@ def _policy(spec: dict):
     def from_submission(anywhere: bool) -> bool:
         """Whether the submission's code made this call: directly (the caller's frame is the
         submission's) or, with `anywhere`, from any depth (the submission is on the stack)."""
-        frame = sys._getframe(2)
+        frame = sys._getframe(3)  # 0: here, 1: check, 2: hook, 3: the caller
         while frame is not None:
             if frame.f_code.co_filename in submission:
                 return True
@@ -77,38 +94,50 @@ def _policy(spec: dict):
         if _under(path, [copy, work, tests]) or path in _READ_ONLY_DEVICES:
             return True
         for root in python:
-            if _under(path, [root]):
-                first = path[len(root) :].lstrip(os.sep).split(os.sep)[0]
-                return not first.startswith(denied_names) and not first.endswith(".pth")
+            if _under(path, [root]):  # not minieagle's install, its .pth or their __pycache__
+                parts = path[len(root) :].lstrip(os.sep).split(os.sep)
+                return not any(p.startswith(denied_names) or p.endswith(".pth") for p in parts)
         return False
 
+    def read(path: str) -> None:
+        if not readable(path):
+            raise Refused(f"reading {path} is not allowed while grading")
+        if _under(path, [tests]) and from_submission(anywhere=True):
+            raise Refused("a submission may not read the grader's tests")
+
+    def write(path: str) -> None:
+        if not (_under(path, [work]) or path == "/dev/null"):
+            raise Refused(f"changing {path} is not allowed while grading (only under {work})")
+
+    def check(event: str, args: tuple) -> None:
+        if event == "open":
+            path, mode, flags = args
+            if isinstance(path, int):
+                if path > 2:
+                    raise Refused(f"opening file descriptor {path} is not allowed here")
+                return
+            path = os.path.abspath(os.fsdecode(path))
+            if any(c in (mode or "") for c in "wax+") or (flags or 0) & _WRITE_FLAGS:
+                write(path)
+            read(path)
+        elif event in _LISTINGS:
+            for path in _paths(args[:1]) or [os.getcwd()]:
+                read(path)
+        elif event in _CHANGES:
+            for path in _paths(args):
+                write(path)
+        elif event in _NOT_UNDER_SUBMISSION:
+            if from_submission(anywhere=True):
+                raise Refused(f"{event} is not allowed in a submission")
+        elif from_submission(anywhere=False):
+            raise Refused(f"{event} is not allowed in a submission")
+
     def hook(event: str, args: tuple) -> None:
-        if inside[0]:
-            return
-        if (
-            event != "open"
-            and event not in _REFUSED_TO_SUBMISSION
-            and not event.startswith(_REFUSED_PREFIXES)
-        ):
+        if inside[0] or (event not in _WATCHED and not event.startswith("ctypes.")):
             return
         inside[0] = True
         try:
-            if event == "open":
-                path, mode, flags = args
-                if isinstance(path, int):
-                    if path > 2:
-                        raise Refused(f"opening file descriptor {path} is not allowed here")
-                    return
-                path = os.path.abspath(os.fsdecode(path))
-                writes = any(c in (mode or "") for c in "wax+") or bool((flags or 0) & _WRITE_FLAGS)
-                if writes and not (_under(path, [work]) or path == "/dev/null"):
-                    raise Refused(f"writing {path} is not allowed while grading (only {work})")
-                if not readable(path):
-                    raise Refused(f"reading {path} is not allowed while grading")
-                if _under(path, [tests]) and from_submission(anywhere=True):
-                    raise Refused("a submission may not read the grader's tests")
-            elif from_submission(anywhere=False):
-                raise Refused(f"{event} is not allowed in a submission")
+            check("ctypes.dlopen" if event.startswith("ctypes.") else event, args)
         finally:
             inside[0] = False
 

@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minieagle.assignments import overlay, release
+from minieagle.assignments import edition, overlay
 
 COLLECT_SECONDS = 120  # importing the submission and collecting the tests
 TEST_SECONDS = 60  # each test (MINIEAGLE_TEST_SECONDS overrides)
@@ -145,7 +145,7 @@ def run_tests(name: str, sources: dict[str, str], tests: dict[str, str]) -> Outc
     with tempfile.TemporaryDirectory(prefix=f"grade-{name}-") as tmp:
         tmp = Path(tmp).resolve()
         copy, work, folder = tmp / "copy", tmp / "work", tmp / "tests"
-        release.package_copy(copy, [name], replace=sources, link_data=True)
+        edition.package_copy(copy, [name], replace=sources, link_data=True)
         work.mkdir()
         _write_tests(folder, tests)
         key = secrets.token_bytes(32)
@@ -170,6 +170,7 @@ def run_tests(name: str, sources: dict[str, str], tests: dict[str, str]) -> Outc
             "LANG": "C.UTF-8",
             "OMP_NUM_THREADS": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1",  # what it printed is in the log even if it is stopped
             **_QUIET_PYTEST,
         }
         with open(tmp / "log.txt", "w+", encoding="utf-8", errors="replace") as log:

@@ -1,96 +1,20 @@
-"""The student edition: the library with the released assignments' regions stubbed, and no
-instructor material. Also the grading copy that a submission is graded in.
+"""`minieagle assignment release`: the student edition that a student installs.
 
-One source, two editions (nbgrader's `release` step, docs/assignments.md):
-
-- the **instructor's copy** is the repository: every region holds its solution, and each
-  assignment folder has an `instructor/` folder with its hidden tests (`test_hidden.py`), worked
-  answers (`answers.md`) and planted bugs (`planted_bugs.py`), beside `notebook_answers/`; the
-  wheel leaves them out too (pyproject.toml), so only a clone of the repository holds them;
-- the **student edition** (`release(out, names)`) is a pip-installable folder: the package with
-  every region of the released assignments replaced by its stub (the marker lines stay around the
-  stub, so `minieagle assignment make` works in it), the notebooks with their solving cells
-  stubbed the same way, and none of the instructor material above.
-
-`package_copy` writes the package alone; the grader uses it to build, for each submission, a
-student edition of one assignment with the submitted files in place (see `isolation.py`).
+It is a pip-installable folder: pyproject.toml, a README with the install, work and submit steps,
+the package as `edition.package_copy` writes it (each released handout with its Points table,
+hidden tests included, written here where the hidden tests are known) and the notebooks, every
+region of the released assignments stubbed. nbgrader's `release` step is the model; see
+docs/assignments.md.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import os
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
 
-from minieagle.assignments import solutions
-
-LIBRARY = Path(__file__).resolve().parent.parent
-REPOSITORY = LIBRARY.parent
-
-# package-relative paths (fnmatch patterns) that only the instructor's copy holds
-INSTRUCTOR_ONLY = (
-    "assignments/*/instructor/*",
-    "assignments/notebook_answers/*",
-)
-_SKIPPED = ("__pycache__", "*.pyc", "*.egg-info")
-
-
-def instructor_only(relative: str) -> bool:
-    """Whether the package-relative path `relative` (such as
-    'assignments/verifier/instructor/answers.md') is instructor material, left out of every
-    student edition and grading copy."""
-    return any(fnmatch.fnmatch(relative, pattern) for pattern in INSTRUCTOR_ONLY)
-
-
-def _files(root: Path) -> Iterable[tuple[Path, str]]:
-    for path in sorted(root.rglob("*")):
-        parts = path.relative_to(root).parts
-        relative = "/".join(parts)
-        if path.is_file() and not any(fnmatch.fnmatch(p, skip) for p in parts for skip in _SKIPPED):
-            yield path, relative
-
-
-def package_copy(
-    dest: str | Path,
-    names: Iterable[str],
-    *,
-    replace: dict[str, str] | None = None,
-    link_data: bool = False,
-) -> Path:
-    """Write the minieagle package to `dest/minieagle` as a student edition of `names`.
-
-    Every region of an assignment in `names` is stubbed (markers kept around the stub); other
-    regions keep their code (markers dropped). `replace` maps package-relative files to the
-    source written instead (a submission). `link_data` symlinks each non-Python file instead of
-    copying it (the grading copy: data files hold no solution and are large)."""
-    names, replace = tuple(names), dict(replace or {})
-    package = Path(dest) / "minieagle"
-    for path, relative in _files(LIBRARY):
-        if instructor_only(relative):
-            continue
-        target = package / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if relative in replace:
-            target.write_text(replace.pop(relative), encoding="utf-8")
-        elif path.suffix == ".py":
-            source = path.read_text(encoding="utf-8")
-            target.write_text(
-                solutions.edition(source, names, f"minieagle/{relative}", keep_markers=True),
-                encoding="utf-8",
-            )
-        elif link_data:
-            os.symlink(path, target)
-        else:
-            shutil.copyfile(path, target)
-    if replace:
-        raise FileNotFoundError(
-            f"{', '.join(sorted(replace))} is not a file of the package; a submission replaces "
-            "library files only (see `minieagle assignment list`)"
-        )
-    return package
-
+from minieagle.assignments import grader, solutions
+from minieagle.assignments.edition import REPOSITORY, package_copy
 
 _README = """# minieagle: student edition
 
@@ -137,13 +61,17 @@ def release(out: str | Path, names: Iterable[str]) -> Path:
     """Write the student edition of assignments `names` into the new folder `out`.
 
     It holds pyproject.toml, a README with the install, work and submit steps, the package (see
-    `package_copy`) and the notebooks, each region of `names` stubbed. Returns `out`."""
+    `package_copy`; each released handout gains its Points table, hidden tests included) and the
+    notebooks, each region of `names` stubbed. Returns `out`."""
     names, out = tuple(names), Path(out)
     if out.exists():
         raise FileExistsError(
             f"{out} already exists; pass a new folder, so that no earlier release is mixed in"
         )
-    package_copy(out, names)
+    handouts = {name: grader.handout_text(name) for name in names}  # their Points: all tests
+    package = package_copy(out, names)
+    for name, handout in handouts.items():
+        (package / "assignments" / name / "handout.md").write_text(handout, encoding="utf-8")
     shutil.copyfile(REPOSITORY / "pyproject.toml", out / "pyproject.toml")
     (out / "README.md").write_text(_README.format(names=", ".join(names)), encoding="utf-8")
     notebooks = REPOSITORY / "notebooks"
