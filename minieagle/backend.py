@@ -71,6 +71,12 @@ def zeros(shape, *, like, dtype=None):
     return array_module(like).zeros(shape, dtype=dtype, **_on_device_of(like))
 
 
+def ones(shape, *, like, dtype=None):
+    """Ones of `shape` on the module and device of `like`, in its dtype unless `dtype` is given."""
+    dtype = like.dtype if dtype is None else dtype
+    return array_module(like).ones(shape, dtype=dtype, **_on_device_of(like))
+
+
 def contiguous(x):
     """A row-major copy of x (e.g. of a transposed weight, so a matmul reads it in order);
     array-API namespaces have no layout, so there it is a plain copy."""

@@ -28,7 +28,7 @@ import numpy as np
 from tqdm import tqdm
 
 from minieagle import model
-from minieagle.backend import to_host
+from minieagle.backend import array_module, ones, to_host
 from minieagle.checkpoint import load_checkpoint, target_fingerprint
 from minieagle.errors import InvalidInputError
 from minieagle.feature_cache import FeatureCache, FeaturePool, tile_windows
@@ -43,6 +43,7 @@ from minieagle.heads.eagle1 import (
 )
 from minieagle.heads.eagle3_io import save_eagle3_head
 from minieagle.heads.medusa import MedusaRecipe
+from minieagle.host_memory import keep_freed_memory
 from minieagle.optim import AdamW, AdamWConfig, clip_grad_norm, cosine_lr, wsd_lr
 from minieagle.train import (
     STATE,
@@ -354,6 +355,12 @@ def _validation_windows(stream: np.ndarray, seq_len: int, count: int) -> np.ndar
     return np.stack([stream[s : s + seq_len + 1] for s in starts]).astype(np.int64)
 
 
+def _all_positions(features):
+    """bool [B, L] of True on the module and device of features [B, L, ...]: the loss mask of
+    plain text, where every position is a target."""
+    return ones(features.shape[:2], like=features, dtype=array_module(features).bool)
+
+
 def _mean_records(records: list[dict]) -> dict:
     return {key: float(np.mean([r[key] for r in records])) for key in records[0]}
 
@@ -392,7 +399,7 @@ class Eagle1Recipe:
     def loss(self, head, batch, rng) -> tuple[float, dict, dict]:
         """(loss, {name: float} for the progress bar, grads)."""
         tokens, features, next_features = batch
-        mask = np.ones(tokens.shape, dtype=bool)  # plain text: every position is a target
+        mask = _all_positions(features)  # plain text: every position is a target
         loss, parts, grads = eagle1_loss(
             head, self.head_cfg, self.target_params, tokens, features, next_features, mask,
             p_weight=self.cfg.p_weight, noise=self.cfg.noise, rng=rng,
@@ -403,7 +410,7 @@ class Eagle1Recipe:
         """Mean of `eagle1_metrics` (loss, smooth_l1, soft_ce, top1, accept) over batches."""
         records = []
         for tokens, features, next_features in batches:
-            mask = np.ones(tokens.shape, dtype=bool)
+            mask = _all_positions(features)
             records.append(
                 eagle1_metrics(
                     head,
@@ -474,8 +481,10 @@ class Eagle3Recipe:
         head = eagle3.init_head(self.head_cfg, seed=seed)
         if self.cfg.lm_head_init == "target":
             rows = to_host(self.vocab.ids)
-            head["lm_head.weight"] = np.array(model.lm_head_weight(self.target_params)[rows])
-            head["norm.weight"] = np.array(self.target_params["model.norm.weight"])
+            xp = array_module(head["lm_head.weight"])
+            head["lm_head.weight"] = xp.asarray(model.lm_head_weight(self.target_params)[rows],
+                                                copy=True)  # fmt: skip
+            head["norm.weight"] = xp.asarray(self.target_params["model.norm.weight"], copy=True)
         return head
 
     def target_batch(self, windows: np.ndarray):
@@ -502,7 +511,7 @@ class Eagle3Recipe:
 
     def _ttt(self, head, batch):
         windows, fused, target_logits = batch
-        mask = np.ones(fused.shape[:2], dtype=bool)  # plain text: every position is a target
+        mask = _all_positions(fused)  # plain text: every position is a target
         return eagle3.ttt_loss(
             head, self.head_cfg, self.target_params, self.vocab, windows, fused, target_logits,
             mask, steps=self.cfg.ttt_steps, step_weight=self.cfg.step_weight,
@@ -599,6 +608,7 @@ def train_eagle1(cfg: EagleTrainConfig, *, resume: bool = True, progress: bool =
 
 def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, progress) -> dict:
     """The body of `train_eagle_head`, run while holding the run directory's lock."""
+    keep_freed_memory()  # no page faults for the step's large arrays (minieagle/host_memory.py)
     target_params, target_config, tokenizer = load_checkpoint(cfg.target, dtype=np.float32)
     if tokenizer is None:
         raise InvalidInputError(
