@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from minieagle.assignments import grader, isolation
+from minieagle.cli import main
 
 NAME = "verifier"
 LIBRARY = str(grader.LIBRARY)
@@ -205,12 +206,15 @@ def test_a_submission_that_stops_the_grading_gets_the_reason(cheat, cause):
     assert report.text().splitlines()[2].startswith("Grading stopped early"), report.text()
 
 
-def test_a_syntax_error_is_reported_with_its_line():
+def test_a_syntax_error_is_reported_with_its_line_and_grade_exits_2(tmp_path, capsys):
     source = _stub().replace("def verify(", "def verify(:\n    pass\ndef _old(", 1)
     report = grader.grade_sources(NAME, {"verify.py": source})
     line = source.splitlines().index("def verify(:") + 1
     assert report.score == 0 and report.problem, report.text()
     assert f"submission/verify.py, line {line}" in report.problem, report.problem
+    (tmp_path / "verify.py").write_text(source, encoding="utf-8")
+    assert main(["assignment", "grade", NAME, str(tmp_path)]) == 2
+    assert f"line {line}" in capsys.readouterr().err
 
 
 def test_a_loop_at_import_is_stopped_by_the_collection_limit(monkeypatch):

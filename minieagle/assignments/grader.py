@@ -142,8 +142,9 @@ def make(name: str, out: str | Path) -> Path:
 
 _STEPS = """## Install, work, check and submit
 
-1. Install the course's student edition of minieagle once (in its folder: `pip install -e .`; its
-   README says more). This folder was made by `minieagle assignment make {name} {folder}`.
+1. Install the course's student edition of minieagle once (in its folder:
+   `pip install -e . pytest`; its README says more). This folder was made by
+   `minieagle assignment make {name} {folder}`.
 2. Write your code in `submission/` only. Each `raise NotImplementedError` marks a part to write;
    keep the files' names and the functions' signatures.
 3. `python -m pytest` in this folder runs the public tests against your files (they import your

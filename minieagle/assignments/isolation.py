@@ -28,6 +28,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import select
 import signal
@@ -192,7 +193,7 @@ def run_tests(name: str, sources: dict[str, str], tests: dict[str, str]) -> Outc
                 _stop(child)
             log.seek(0)
             outcome.log = log.read()[-20000:]
-    if outcome.problem and "exit code" in outcome.problem:
+    if outcome.problem and ("exit code" in outcome.problem or "exit status" in outcome.problem):
         outcome.problem += _last_error(outcome.log)
     return outcome
 
@@ -207,8 +208,11 @@ def _stop(child: subprocess.Popen) -> None:
 
 
 def _last_error(log: str) -> str:
-    lines = [line for line in log.strip().splitlines() if line.strip()]
-    return f"; it printed last: {lines[-1].strip()[:300]}" if lines else ""
+    """'; it printed last: <the last line naming an exception>' (or the last line) of `log`."""
+    lines = [line.strip() for line in log.strip().splitlines() if line.strip()]
+    named = [line for line in lines if re.search(r"\w+(Error|Exit|Exception)\b", line)]
+    line = (named or lines or [""])[-1].removeprefix("INTERNALERROR> ")
+    return f"; it printed last: {line[:300]}" if line else ""
 
 
 def _read(child, fd: int, key: bytes, test_seconds: int) -> Outcome:
@@ -270,6 +274,11 @@ def _read(child, fd: int, key: bytes, test_seconds: int) -> Outcome:
             elif kind == "outcome":
                 outcome.results[record["test"]] = (bool(record["passed"]), str(record["message"]))
             elif kind == "done":
+                if record["exit"] not in (0, 1) and outcome.problem is None:  # 0, 1: tests ran
+                    outcome.problem = (
+                        "the test run stopped early (sys.exit at import, or an error outside "
+                        f"any test; pytest's exit status {record['exit']})"
+                    )
                 return outcome
 
 

@@ -26,7 +26,7 @@ Assignments in this edition: {names}.
 
 ```bash
 python -m venv .venv && . .venv/bin/activate     # any Python >= 3.10
-pip install -e ".[dev]"                           # from this folder
+pip install -e . pytest                           # from this folder
 ```
 
 ## Work on an assignment
