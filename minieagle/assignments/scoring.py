@@ -1,10 +1,10 @@
 """A pytest plugin that lists an assignment's tests with their points.
 
-Tests carry `@pytest.mark.points(n)` (1 by default). With `MINIEAGLE_SCORE_FILE` set, the collected
-tests are written there as JSON: one record per test with its id, name, points and the first line
-of its docstring. The grader collects the tests this way in the instructor's environment, so the
-points and the list of tests never come from the process that runs the submission; a student's
-`python -m pytest` uses it only for the marker.
+Tests carry `@pytest.mark.points(n)` (1 by default). With `MINIEAGLE_SCORE_FILE` set, the
+collected tests are written there as JSON: one record per test with its id, name, points and the
+first paragraph of its docstring. The grader collects the tests this way in the instructor's
+environment, so the points and the list of tests never come from the process that runs the
+submission; a student's `python -m pytest` uses it only for the marker.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(session, config, items):
     for item in items:
         marker = item.get_closest_marker("points")
-        doc = (item.obj.__doc__ or "").strip().split("\n")[0] if hasattr(item, "obj") else ""
+        doc = getattr(item, "obj", None).__doc__ if hasattr(item, "obj") else None
+        doc = " ".join((doc or "").strip().split("\n\n")[0].split())  # its first paragraph
         config._assignment_tests.append(
             {
                 "id": item.nodeid,
