@@ -118,6 +118,8 @@ def target_distribution(logits, params: SamplingParams) -> np.ndarray:
     # overflows to -inf, whose exp is the correct weight 0.
     with np.errstate(over="ignore"):
         weights = np.exp((x - x.max()) / params.temperature)  # [V], unnormalised softmax(x / T)
+    if not 0 < params.top_k < vocab_size and params.top_p >= 1:  # no filter: nothing to sort
+        return weights / weights.sum()
     order = np.argsort(-x, kind="stable")  # [V] token ids, largest logit first, lowest id on ties
     keep = vocab_size
     if 0 < params.top_k < vocab_size:

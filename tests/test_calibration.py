@@ -11,8 +11,9 @@
 - The drafter: scores are Σ log c(q) along the path while the recorded confidence stays q; the
   calibration changes the trees; greedy decoding with it is the greedy reference; at T > 0 the
   exact law of the emitted tokens is the target's.
-- The sampled tree (`sampled_tree=True`) carries proposals and keeps the exact law; scoring the
-  draws by the drawn tokens' own q breaks it (caught by the law check).
+- The sampled tree (`sampled_tree=True`) carries proposals and keeps the exact law, drawing
+  only the draws it can use (a prefix per node, fewer than top_k per expanded node); scoring
+  the draws by the drawn tokens' own q breaks it (caught by the law check).
 - Training prompts come from the train split only, validation prompts from the val split.
 - A head's maps (`HeadCalibration`, the file shipped beside a head): they round-trip, refuse
   another head, give a setting's map only where it was recorded as helping; the drafter picks
@@ -52,6 +53,7 @@ from minieagle.calibration import (
     validation_prompts,
 )
 from minieagle.drafters.eagle2 import Eagle2Drafter
+from minieagle.drafters.head_drafter import draft_children
 from minieagle.errors import InvalidInputError
 from minieagle.generate import greedy_reference
 from minieagle.sampling import SamplingParams, SeededRandomness, setting_name
@@ -387,11 +389,20 @@ def test_the_sampled_tree_has_the_target_law(sampling, depth, top_k, total, n, p
 
 
 class _TokenScored(Eagle2Drafter):
-    """Scores each sampled draw by the drawn token's own log q: which draws are kept then
-    depends on the draws themselves, and the verified tokens are biased."""
+    """Draws every sampled child first and scores each by the drawn token's own log q: which
+    draws are kept then depends on the draws themselves, and the verified tokens are biased.
+    (The drafter scores before it draws, so this bug cannot be planted through its hooks.)"""
 
-    def _log_accept(self, log_q, tokens, confidence):
-        return np.take_along_axis(log_q, tokens, axis=-1)
+    def _add_level(self, pool, expanded, logits, rng, proposals):
+        if proposals is None:
+            return super()._add_level(pool, expanded, logits, rng, proposals)
+        for parent, row in zip(expanded, logits, strict=True):
+            drawn = draft_children(row, self.top_k, self.sampling, rng)
+            tokens = np.asarray([[token for token, _ in drawn]])  # [1, m]
+            own_log_q = dt.log_softmax(row)[tokens]  # [1, m] the drawn tokens' own log q
+            pool = dt.add_children(pool, [parent], tokens, own_log_q, own_log_q)
+            proposals += [proposal for _, proposal in drawn]
+        return pool
 
 
 def test_the_law_check_catches_token_dependent_scores_of_draws():
@@ -402,6 +413,42 @@ def test_the_law_check_catches_token_dependent_scores_of_draws():
 
     law, _ = generation_law(TARGET, CONFIG, prompt, make, sampling, n)
     assert total_variation(law, target_law(TARGET, CONFIG, prompt, sampling, n)) > 1e-3
+
+
+class _CountingRandomness(SeededRandomness):
+    def __init__(self, seed):
+        super().__init__(seed)
+        self.draws = 0
+
+    def draw(self, probs):
+        self.draws += 1
+        return super().draw(probs)
+
+
+def test_the_sampled_tree_draws_only_what_it_can_use():
+    """Every kept node was drawn (no placeholder reaches the tree), and far fewer draws are
+    made than top_k per expanded node (what drawing every child would cost)."""
+    depth, top_k, total = 3, 3, 6
+    drafter = _drafter(depth, top_k, total, sampled_tree=True)
+    trees_seen, expanded = [], []
+    original, feed = drafter.propose, drafter._frontier_logits
+
+    def propose(root, rng, max_nodes):
+        expanded.append(1)  # the root
+        trees_seen.append(original(root, rng, max_nodes))
+        return trees_seen[-1]
+
+    def frontier_logits(root, pool, frontier, outputs):
+        expanded.append(len(frontier))
+        return feed(root, pool, frontier, outputs)
+
+    drafter.propose, drafter._frontier_logits = propose, frontier_logits
+    rng = _CountingRandomness(5)
+    _run([1, 3, 4], drafter, SamplingParams(temperature=1.0), rng, n=12)
+    assert all((tree.tokens >= 0).all() for tree in trees_seen)
+    drawing_every_child = top_k * sum(expanded)
+    verifier_draws = len(trees_seen)  # at most one correction or bonus draw per cycle
+    assert rng.draws - verifier_draws <= 0.6 * drawing_every_child, (rng.draws, drawing_every_child)
 
 
 def test_the_sampled_tree_carries_proposals_and_greedy_ignores_it():

@@ -311,7 +311,13 @@ def draft_children(logits, count: int, sampling: SamplingParams, rng: Randomness
     if sampling.greedy:
         order = top_k_indices(np.asarray(logits), count)  # [count] most likely first
         return [(int(token), None) for token in order]
-    q = target_distribution(logits, sampling)  # [V] float64
+    return draw_children(target_distribution(logits, sampling), count, rng)
+
+
+def draw_children(q: np.ndarray, count: int, rng: Randomness) -> list[tuple]:
+    """Up to `count` (token, proposal) pairs drawn without replacement from the distribution
+    q [V] (host float64): draw j from q with draws 1..j-1 removed and renormalised, which is
+    its proposal. Fewer when q has fewer nonzero entries."""
     children = []
     for _ in range(count):
         if not q.any():
