@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -31,15 +33,15 @@ BIND = "\nacceptance_probability, residual, verify = ref.acceptance_probability,
 
 CHEATS = {
     "importlib from the reference file": f"""
-import importlib.util
+import importlib.util, sys
 _spec = importlib.util.spec_from_file_location("_reference_verify", {REFERENCE!r})
-ref = importlib.util.module_from_spec(_spec)
+ref = sys.modules["_reference_verify"] = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(ref)
 """
     + BIND,
     "exec of the reference source": f"""
-import types
-ref = types.ModuleType("ref")
+import sys, types
+ref = sys.modules["ref"] = types.ModuleType("ref")
 exec(open({REFERENCE!r}).read(), ref.__dict__)
 """
     + BIND,
@@ -67,9 +69,9 @@ ref = importlib.import_module("minieagle.verify")
 """
     + BIND,
     "the grader's reference_sources()": """
-import types
+import sys, types
 from minieagle.assignments import grader as _grader
-ref = types.ModuleType("ref")
+ref = sys.modules["ref"] = types.ModuleType("ref")
 exec(_grader.get("verifier").reference_sources()["verify.py"], ref.__dict__)
 """
     + BIND,
@@ -175,6 +177,49 @@ def _reports() -> dict[str, grader.Report]:
 def test_a_cheat_scores_nothing(cheat):
     report = _reports()[cheat]
     assert report.total > 0 and report.score == 0, f"{cheat}:\n{report.text()}"
+
+
+def _take_over(file: str, how: str) -> str:
+    """Code that replaces every name of the module with the reference's, read from `file` of the
+    instructor's library by `how` ('importlib' or 'exec')."""
+    load = (
+        f"_spec = importlib.util.spec_from_file_location('_ref', {os.path.join(LIBRARY, file)!r})\n"
+        "_ref = sys.modules['_ref'] = importlib.util.module_from_spec(_spec)\n"
+        "_spec.loader.exec_module(_ref)\n"
+        if how == "importlib"
+        else "_ref = sys.modules['_ref'] = types.ModuleType('_ref')\n"
+        f"exec(open({os.path.join(LIBRARY, file)!r}).read(), _ref.__dict__)\n"
+    )
+    keep = "{k: v for k, v in vars(_ref).items() if not k.startswith('__')}"
+    return "\nimport importlib.util, sys, types\n" + load + f"globals().update({keep})\n"
+
+
+@pytest.mark.parametrize("how", ["importlib", "exec"])
+def test_the_reference_routes_score_nothing_on_another_assignment_too(how):
+    """eagle2_tree (two files, 34 points): the reference loaded into both submitted files."""
+    assignment = grader.get("eagle2_tree")
+    stubs = assignment.stub_sources()
+    report = grader.grade_sources(
+        "eagle2_tree", {file: stubs[file] + _take_over(file, how) for file in assignment.files}
+    )
+    assert report.total > 0 and report.score == 0, report.text()
+
+
+@pytest.mark.parametrize(
+    "cheat",
+    ["importlib from the reference file", "exec of the reference source",
+     "the grader's reference_sources()"],
+)  # fmt: skip
+def test_the_reference_routes_are_real_outside_the_sandbox(cheat, tmp_path):
+    """The negative controls can fail: run as a plain module in the instructor's environment,
+    each of these cheats does get a working verifier from the reference."""
+    (tmp_path / "cheat.py").write_text(_stub() + CHEATS[cheat], encoding="utf-8")
+    code = (
+        "import numpy as np, cheat\n"
+        "print(cheat.acceptance_probability(np.array([0.5, 0.5]), np.array([0.25, 0.75]), 1))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == str(0.5 / 0.75), run.stderr[-2000:]
 
 
 def test_no_cheat_leaks_the_hidden_tests_or_the_answers():
