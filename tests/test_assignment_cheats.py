@@ -153,6 +153,26 @@ for _pattern in ("../tests/test_hidden.py", "../**/test_hidden.py", {LIBRARY + "
 if _found:
     raise RuntimeError("LEAKED " + " ".join(_found))
 """,
+    "the grader's tests deleted": """
+import os, shutil
+for _path in ("../tests/test_hidden.py", "../tests/test_public.py"):
+    try:
+        os.remove(_path)
+    except OSError:
+        pass
+shutil.rmtree("../tests", ignore_errors=True)
+""",
+    "a background thread that forges the result later": """
+import json, os, threading, time
+def _later():
+    time.sleep(0.5)
+    for _fd in range(3, 64):
+        try:
+            os.write(_fd, b'{"body": "{}", "mac": ""}\\n')
+        except OSError:
+            pass
+threading.Thread(target=_later, daemon=True).start()
+""",
     "os._exit(0) at import": "\nimport os\nos._exit(0)\n",
     "sys.exit(0) at import": "\nimport sys\nsys.exit(0)\n",
 }
