@@ -286,3 +286,19 @@ def test_a_loop_at_import_is_stopped_by_the_collection_limit(monkeypatch):
     monkeypatch.setattr(isolation, "COLLECT_SECONDS", 20)
     report = grader.grade_sources(NAME, {"verify.py": _stub() + "\nwhile True:\n    pass\n"})
     assert report.score == 0 and "took over 20 s" in (report.problem or ""), report.text()
+
+
+def test_a_loop_in_a_test_with_its_alarm_ignored_is_stopped_by_the_grader(monkeypatch):
+    """The child times each test with SIGALRM; a submission that ignores the signal and loops is
+    stopped by the grading process, which names the test."""
+    monkeypatch.setenv("MINIEAGLE_TEST_SECONDS", "1")
+    monkeypatch.setattr(isolation, "_MARGIN_SECONDS", 2)
+    loop = (
+        "\n    import signal\n    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+        "    while True:\n        pass\n"
+    )
+    source = _stub().replace('    """min(1, p(x) / q(x)); q = None means', loop + '    """', 1)
+    report = grader.grade_sources(NAME, {"verify.py": source})
+    assert report.score == 0 and "ran over its time limit" in (report.problem or ""), report.text()
+    stopped = [r for r in report.results if "ran over 1 s" in r["message"]]
+    assert len(stopped) == 1, report.text()

@@ -31,6 +31,8 @@ import signal
 import sys
 import types
 
+import pytest  # before the submission, like everything this module uses
+
 _READ_ONLY_DEVICES = ("/dev/null", "/dev/urandom", "/proc/cpuinfo", "/proc/meminfo")
 # refused to the submission's own call (the library does them legitimately: dataclasses exec,
 # imports compile, warnings and tracebacks read frames)
@@ -211,10 +213,11 @@ class _Recorder:
         self.before.update(_snapshot(_watched_modules(), self.exclude | set(self.before)))
         self.write({"kind": "collected", "tests": [item.nodeid for item in session.items]})
 
-    def pytest_runtest_logstart(self, nodeid, location):
-        self.write({"kind": "start", "test": nodeid})
-
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item, nextitem):
+        """Runs the test instead of pytest's own protocol (so no other plugin reports it)."""
+        self.write({"kind": "start", "test": item.nodeid})
+
         def expired(signum, frame):
             raise TimeoutError(f"ran over {self.seconds} s: an endless loop, or far too much work?")
 
@@ -250,7 +253,6 @@ def _import_independent_modules(names, submission_modules) -> None:
     import the submission, before the submission: they enter the snapshot untouched, so a
     submission that replaces one of their functions (a checker, `numpy.allclose`) is caught."""
     import numpy  # noqa: F401
-    import pytest  # noqa: F401
     from _pytest import python, runner  # noqa: F401
 
     blocker = _Blocker(submission_modules)
@@ -350,8 +352,6 @@ def main() -> None:
     write({"kind": "ready"})
     args = ["-q", "-s", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:doctest",
             "-c", os.path.join(spec["tests"], "pytest.ini"), spec["tests"]]  # fmt: skip
-    import pytest
-
     code = pytest.main(args, plugins=[recorder])
     write({"kind": "done", "exit": int(code)})
     sys.stdout.flush()

@@ -266,6 +266,7 @@ def _read(child, fd: int, key: bytes, test_seconds: int) -> Outcome:
                 collect_errors.append(_import_error(record["message"]))
             elif kind == "collected":
                 phase = "tests"
+                deadline = time.monotonic() + test_seconds + _MARGIN_SECONDS
                 if collect_errors:
                     outcome.problem = "the submission could not be imported: " + collect_errors[0]
             elif kind == "start":
