@@ -5,6 +5,7 @@
 #
 #   bash benchmarks/heads_at_scale.sh          # start what is not running
 #   bash benchmarks/heads_at_scale.sh status   # where every run stands
+#   bash benchmarks/heads_at_scale.sh snapshot # training states into benchmarks/snapshots/
 #
 # State lives outside the work tree, under $MINIEAGLE_CACHE (default ~/.cache/minieagle)/runs:
 #   runs/tiny/      the tiny target's data (corpus windows, its own text at T = 1) and the
@@ -22,6 +23,31 @@ export OPENBLAS_NUM_THREADS=1
 mkdir -p "$T" "$S"
 
 running() { pgrep -f -- "$1" >/dev/null; }
+
+# Snapshots: the long tiny runs' training states (a few MB each) kept in the repository, so
+# that losing the machine loses at most the training since the last snapshot (the data are
+# rebuilt deterministically). `snapshot` copies them in; a start restores any run the cache
+# lacks before resuming it.
+SNAP=benchmarks/snapshots
+if [ "${1:-}" = snapshot ]; then
+  for run in "$T"/scaling/eagle?-8x; do
+    [ -f "$run/state/state.json" ] || continue
+    dest=$SNAP/$(basename "$run")
+    rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
+    cp -r "$run/state" "$run/eagle_train_config.json" "$dest.tmp/"
+    [ -d "$run/kept" ] && cp -r "$run/kept" "$dest.tmp/"
+    rm -rf "$dest" && mv "$dest.tmp" "$dest"
+    echo "snapshot of $run (step $(python -c "import json,sys; print(json.load(open(sys.argv[1]))['step'])" "$dest/state/state.json")) in $dest"
+  done
+  exit 0
+fi
+for snap in "$SNAP"/eagle?-8x; do
+  [ -d "$snap" ] || continue
+  run=$T/scaling/$(basename "$snap")
+  if [ ! -f "$run/state/state.json" ]; then
+    mkdir -p "$run" && cp -r "$snap"/* "$run/" && echo "restored $run from $snap"
+  fi
+done
 
 if [ "${1:-}" = status ]; then
   for log in "$T"/*.log "$S"/*.log; do
