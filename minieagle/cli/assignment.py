@@ -31,7 +31,7 @@ def cmd_assignment(args) -> int:
         except FileExistsError as error:
             raise InvalidInputError(str(error)) from error
         print(f"wrote the student edition of {', '.join(names)} to {out}; students install it "
-              f"with `pip install -e {out}` (see {out / 'README.md'})")  # fmt: skip
+              f"with `pip install -e {out} pytest` (see {out / 'README.md'})")  # fmt: skip
         return 0
     if args.action == "check":  # instructors: reference, stub and planted bugs, as a table
         names = grader.NAMES if args.name in (None, "all") else (args.name,)
@@ -49,7 +49,8 @@ def cmd_assignment(args) -> int:
     try:
         if args.action == "make":
             folder = grader.make(args.name, args.folder)
-            print(f"wrote {folder}: README.md (the handout), submission/, test_public.py")
+            print(f"wrote {folder}: README.md (the handout), ANSWERS.md, submission/, "
+                  "test_public.py")  # fmt: skip
             return 0
         report = grader.grade(args.name, args.folder)
     except (ValueError, FileNotFoundError, FileExistsError) as error:
