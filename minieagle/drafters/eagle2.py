@@ -64,7 +64,6 @@ from minieagle.dynamic_tree import (
     add_children,
     build_tree,
     empty_pool,
-    log_softmax,
     next_frontier,
     pool_depths,
     rerank,
@@ -279,15 +278,14 @@ class Eagle2Drafter(HeadDrafter):
             tokens, confidence = top_children_of_logits(logits, self.top_k)  # [F, k]
             log_accept = self._log_accept(None, tokens, confidence)
             return add_children(pool, expanded, tokens, confidence, log_accept)
-        log_q = log_softmax(logits)  # [F, V]
         # An EAGLE-3 head's logits are -inf outside its draft vocabulary: weight 0 there.
         finite = np.where(np.isneginf(logits), np.finfo(np.float64).min, logits)  # [F, V]
         start, pending = len(pool), []  # (first pool index, children, q) per expanded node
-        for parent, row, row_log_q in zip(expanded, finite, log_q, strict=True):
+        for parent, row in zip(expanded, finite, strict=True):
             q = target_distribution(row, self.sampling)  # [V] the processed draft distribution
             count = min(self.top_k, int(np.count_nonzero(q)))
             confidence = np.log(self._draw_confidence(q, count))[None, :]  # [1, m]
-            log_accept = self._log_accept(row_log_q[None, :], None, confidence)
+            log_accept = self._log_accept(None, None, confidence)
             unknown = np.full((1, count), -1, dtype=np.int64)  # drawn below, where usable
             pool = add_children(pool, [parent], unknown, confidence, log_accept)
             proposals += [None] * count
@@ -305,6 +303,8 @@ class Eagle2Drafter(HeadDrafter):
         """bool [M - start]: which candidates of the newest level (pool[start:]) may still be
         fed or kept: the next frontier, and those ranked among the best total_tokens - 1 of
         the pool by rerank's key (-score, depth, pool index)."""
+        if len(pool) - start <= self.top_k:  # the whole level is the next frontier (a chain)
+            return np.ones(len(pool) - start, dtype=bool)
         usable = np.zeros(len(pool) - start, dtype=bool)
         usable[next_frontier(pool, start, self.top_k) - start] = True
         depth = pool_depths(pool.parents)
@@ -323,8 +323,8 @@ class Eagle2Drafter(HeadDrafter):
     def _log_accept(self, log_q, tokens, confidence) -> np.ndarray:
         """The children's score terms [F, k]: their log confidence (EAGLE-2), or its calibrated
         log acceptance. tokens [F, k] (None for sampled children, which are scored before
-        they are drawn); log_q [F, V]: the head's log-softmax at their parents (None on the
-        deterministic path, which never computes it whole); unused here."""
+        they are drawn); log_q: None (no path computes the head's whole log-softmax); both are
+        unused here and kept for subclasses."""
         if self.active_calibration is None:
             return confidence
         return self.active_calibration.log_acceptance(confidence)
