@@ -255,7 +255,8 @@ def grade_sources(name: str, sources: dict[str, str]) -> Report:
         )
     tests = test_sources(name)
     expected = isolation.expected_tests(tests)
-    outcome = isolation.run_tests(name, {f: sources[f] for f in assignment.files}, tests)
+    order = [test["id"] for test in expected]
+    outcome = isolation.run_tests(name, {f: sources[f] for f in assignment.files}, tests, order)
     results = []
     for test in expected:
         passed, message = outcome.results.get(

@@ -8,13 +8,21 @@ imported, `main`:
 1. reads the spec (the tests folder, the submission's files, the key that signs each record, the
    file descriptor of the result pipe) and closes standard input;
 2. installs an audit hook (PEP 578) that refuses, from then on, to open a file outside the
-   grading copy, the work folder and the Python installation (never the instructor's copy), and
-   refuses to the submission's code introspection and escape routes: frames, `gc`, `exec` and
-   `compile`, `ctypes`, processes, signals to others, tracing, new audit hooks, reading the tests;
-3. takes a snapshot of the modules the tests rely on (numpy, minieagle's own, pytest's runner);
+   grading copy, the work folder and the Python installation (never the instructor's copy), to
+   change a file outside the work folder, and refuses to the submission's code introspection and
+   escape routes: frames, `gc`, `exec` and `compile`, `ctypes`, processes, signals to others,
+   tracing, new audit hooks, reading the tests;
+3. imports the library modules the tests check with and takes a snapshot of them;
 4. runs pytest with a recorder plugin that times each test, checks the snapshot after it, and
    writes one signed JSON line per event to the result pipe; then leaves with `os._exit`, so no
    `atexit` handler runs.
+
+**Everything this module runs after the submission is imported is captured before**: the audit
+hook, the recorder, the snapshot check and the signer are closures over functions taken when
+`main` starts (C functions, such as `hashlib.sha256`, `os.write` and the C JSON encoder, and
+builtins), and the recorder is a module object that is in no `sys.modules`. A submission
+that replaces a module attribute (`harness._run`, `hmac.new`, `json.dumps`, `os.path.abspath`,
+`builtins.any`) changes nothing these closures call; the snapshot then reports the change.
 
 The points, the verdicts and the report are decided by the grading process (`isolation.py`), from
 the records it can verify; this process only says what happened. docs/assignments.md has the
@@ -23,8 +31,8 @@ threat model: what this defends and what it does not.
 
 from __future__ import annotations
 
+import ast
 import hashlib
-import hmac
 import json
 import os
 import signal
@@ -32,6 +40,7 @@ import sys
 import types
 
 import pytest  # before the submission, like everything this module uses
+from _pytest.runner import call_and_report
 
 _READ_ONLY_DEVICES = ("/dev/null", "/dev/urandom", "/proc/cpuinfo", "/proc/meminfo")
 # refused to the submission's own call (the library does them legitimately: dataclasses exec,
@@ -42,8 +51,7 @@ _NOT_UNDER_SUBMISSION = (
     "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile",
     "sys.addaudithook", "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn",
     "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg", "signal.pthread_kill",
-    "socket.connect", "socket.bind", "_thread.start_new_thread", "ctypes.dlopen",
-    "ctypes.dlsym", "ctypes.cdata", "ctypes.addressof", "ctypes.string_at",
+    "socket.connect", "socket.bind", "ctypes.dlopen",
 )  # fmt: skip
 # path operations: allowed in the work folder only (listing: where reading is allowed)
 _CHANGES = (
@@ -51,39 +59,64 @@ _CHANGES = (
     "os.truncate", "os.mkdir", "os.utime", "shutil.rmtree", "shutil.copyfile", "shutil.move",
 )  # fmt: skip
 _LISTINGS = ("os.listdir", "os.scandir")
-_WATCHED = frozenset(("open", *_NOT_BY_SUBMISSION, *_NOT_UNDER_SUBMISSION, *_CHANGES, *_LISTINGS))
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+# what the tests and the recorder run on (pytest's modules that keep no per-test state)
+_WATCHED_PREFIXES = ("numpy", "minieagle", "pytest", "pluggy", "hashlib", "json")
+_WATCHED_MODULES = (
+    "builtins", "math", "operator", "functools", "os", "posixpath", "_pytest.python",
+    "_pytest.python_api", "_pytest.runner", "_pytest.reports", "_pytest.nodes", "_pytest.main",
+    "_pytest.fixtures", "_pytest.outcomes", "_pytest.monkeypatch", "_pytest.raises",
+)  # fmt: skip
 
 
 class Refused(PermissionError):
     """An operation the grading sandbox does not allow (see the module docstring)."""
 
 
-def _under(path: str, roots) -> bool:
-    return any(path == root or path.startswith(root.rstrip(os.sep) + os.sep) for root in roots)
-
-
-def _paths(args) -> list[str]:
-    """The file paths among an audit event's arguments, absolute (file descriptors left out)."""
-    return [
-        os.path.abspath(os.fsdecode(a))
-        for a in args
-        if isinstance(a, (str, bytes)) or hasattr(a, "__fspath__")
-    ]
-
-
 def _policy(spec: dict):
-    """The audit hook for `spec`: a function (event, args) that raises Refused."""
+    """The audit hook for `spec`: a closure (event, args) that raises Refused."""
+    # captured now: a submission that replaces them later changes nothing here
+    getframe, fspath, getcwd = sys._getframe, os.fspath, os.getcwd
+    encoding = sys.getfilesystemencoding()
+    isinstance_, any_, hasattr_, len_, refused = isinstance, any, hasattr, len, Refused
+    str_, bytes_, int_ = str, bytes, int
+    watched = frozenset(
+        ("open", *_NOT_BY_SUBMISSION, *_NOT_UNDER_SUBMISSION, *_CHANGES, *_LISTINGS)
+    )
+    not_by, not_under, changes, listings = (
+        frozenset(_NOT_BY_SUBMISSION), frozenset(_NOT_UNDER_SUBMISSION), frozenset(_CHANGES),
+        frozenset(_LISTINGS),
+    )  # fmt: skip
+    devices, write_flags = frozenset(_READ_ONLY_DEVICES), _WRITE_FLAGS
     copy, work, tests = spec["copy"], spec["work"], spec["tests"]
-    python = list(spec["python_paths"])
+    python = tuple(spec["python_paths"])
     denied_names = ("minieagle", "__editable__", "_minieagle")
     submission = frozenset(spec["submission_files"])
-    inside = [False]  # the hook's own sys._getframe call must not recurse into it
+    inside = [False]  # the hook's own getframe call must not recurse into it
+
+    def absolute(path) -> str:
+        """The absolute, lexically normalised path (os.path.abspath, from C functions only)."""
+        path = fspath(path)
+        if isinstance_(path, bytes_):
+            path = path.decode(encoding, "surrogateescape")
+        if not path.startswith("/"):
+            path = getcwd() + "/" + path
+        parts = []
+        for part in path.split("/"):
+            if part == "..":
+                if parts:
+                    parts.pop()
+            elif part and part != ".":
+                parts.append(part)
+        return "/" + "/".join(parts)
+
+    def under(path: str, root: str) -> bool:
+        return path == root or path.startswith(root.rstrip("/") + "/")
 
     def from_submission(anywhere: bool) -> bool:
         """Whether the submission's code made this call: directly (the caller's frame is the
         submission's) or, with `anywhere`, from any depth (the submission is on the stack)."""
-        frame = sys._getframe(3)  # 0: here, 1: check, 2: hook, 3: the caller
+        frame = getframe(3)  # 0: here, 1: check, 2: hook, 3: the caller
         while frame is not None:
             if frame.f_code.co_filename in submission:
                 return True
@@ -93,49 +126,54 @@ def _policy(spec: dict):
         return False
 
     def readable(path: str) -> bool:
-        if _under(path, [copy, work, tests]) or path in _READ_ONLY_DEVICES:
+        if under(path, copy) or under(path, work) or under(path, tests) or path in devices:
             return True
         for root in python:
-            if _under(path, [root]):  # not minieagle's install, its .pth or their __pycache__
-                parts = path[len(root) :].lstrip(os.sep).split(os.sep)
-                return not any(p.startswith(denied_names) or p.endswith(".pth") for p in parts)
+            if under(path, root):  # not minieagle's install, its .pth or their __pycache__
+                parts = path[len_(root) :].lstrip("/").split("/")
+                return not any_(p.startswith(denied_names) or p.endswith(".pth") for p in parts)
         return False
 
     def read(path: str) -> None:
         if not readable(path):
-            raise Refused(f"reading {path} is not allowed while grading")
-        if _under(path, [tests]) and from_submission(anywhere=True):
-            raise Refused("a submission may not read the grader's tests")
+            raise refused(f"reading {path} is not allowed while grading")
+        if under(path, tests) and from_submission(anywhere=True):
+            raise refused("a submission may not read the grader's tests")
 
     def write(path: str) -> None:
-        if not (_under(path, [work]) or path == "/dev/null"):
-            raise Refused(f"changing {path} is not allowed while grading (only under {work})")
+        if not (under(path, work) or path == "/dev/null"):
+            raise refused(f"changing {path} is not allowed while grading (only under {work})")
+
+    def paths(args) -> list:
+        return [
+            absolute(a) for a in args if isinstance_(a, (str_, bytes_)) or hasattr_(a, "__fspath__")
+        ]
 
     def check(event: str, args: tuple) -> None:
         if event == "open":
             path, mode, flags = args
-            if isinstance(path, int):
+            if isinstance_(path, int_):
                 if path > 2:
-                    raise Refused(f"opening file descriptor {path} is not allowed here")
+                    raise refused(f"opening file descriptor {path} is not allowed here")
                 return
-            path = os.path.abspath(os.fsdecode(path))
-            if any(c in (mode or "") for c in "wax+") or (flags or 0) & _WRITE_FLAGS:
+            path = absolute(path)
+            if any_(c in (mode or "") for c in "wax+") or (flags or 0) & write_flags:
                 write(path)
             read(path)
-        elif event in _LISTINGS:
-            for path in _paths(args[:1]) or [os.getcwd()]:
+        elif event in listings:
+            for path in paths(args[:1]) or [getcwd()]:
                 read(path)
-        elif event in _CHANGES:
-            for path in _paths(args):
+        elif event in changes:
+            for path in paths(args):
                 write(path)
-        elif event in _NOT_UNDER_SUBMISSION:
+        elif event in not_under:
             if from_submission(anywhere=True):
-                raise Refused(f"{event} is not allowed in a submission")
-        elif from_submission(anywhere=False):
-            raise Refused(f"{event} is not allowed in a submission")
+                raise refused(f"{event} is not allowed in a submission")
+        elif event in not_by and from_submission(anywhere=False):
+            raise refused(f"{event} is not allowed in a submission")
 
     def hook(event: str, args: tuple) -> None:
-        if inside[0] or (event not in _WATCHED and not event.startswith("ctypes.")):
+        if inside[0] or (event not in watched and not event.startswith("ctypes.")):
             return
         inside[0] = True
         try:
@@ -146,94 +184,208 @@ def _policy(spec: dict):
     return hook
 
 
-def _watched_modules() -> list[str]:
-    """The modules whose attributes a submission must not replace: what the tests check with."""
-    prefixes = ("numpy", "minieagle", "pytest", "_pytest.python", "_pytest.runner", "pluggy")
-    return sorted(
-        name
-        for name in sys.modules
-        if name in ("builtins", "math", "operator", "functools")
-        or any(name == p or name.startswith(p + ".") for p in prefixes)
-    )
+def _signer(key: bytes, fd: int):
+    """write(record): one line `{"body": JSON, "mac": HMAC-SHA256 of the body}` on `fd`, each
+    record numbered in order (`seq`). Built from C functions taken now: the key never passes
+    through code a submission can replace, and neither does the body it signs."""
+    sha256, os_write, join = hashlib.sha256, os.write, "".join
+    encode = json.encoder.c_make_encoder(
+        None, _unserialisable, json.encoder.encode_basestring_ascii, None, ": ", ", ", True,
+        False, True,
+    )  # fmt: skip
+    block = key + b"\0" * (64 - len(key))  # HMAC (RFC 2104) with SHA-256's 64-byte block
+    inner, outer = bytes(b ^ 0x36 for b in block), bytes(b ^ 0x5C for b in block)
+    count = [0]
+
+    def write(record: dict) -> None:
+        record["seq"] = count[0]
+        count[0] += 1
+        body = join(encode(record, 0))
+        mac = sha256(outer + sha256(inner + body.encode()).digest()).hexdigest()
+        os_write(fd, join(encode({"body": body, "mac": mac}, 0)).encode() + b"\n")
+
+    return write
 
 
-def _snapshot(names, exclude) -> dict:
-    """{(module, attribute[, class attribute]): id of the value} for `names` minus `exclude`."""
-    ids = {}
-    for name in names:
-        module = sys.modules.get(name)
-        if module is None or name in exclude:
-            continue
-        for attribute, value in list(vars(module).items()):
-            if attribute.startswith("__") or isinstance(value, types.ModuleType):
-                continue  # a package gains its submodules as they are imported
-            ids[name, attribute] = id(value)
-            if isinstance(value, type) and getattr(value, "__module__", None) == name:
-                for inner, member in list(vars(value).items()):
-                    if not inner.startswith("__"):
-                        ids[name, attribute, inner] = id(member)
-    return ids
+def _unserialisable(value):
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
-def _changed(before: dict, exclude) -> list[str]:
-    now = _snapshot({key[0] for key in before}, exclude)
-    return sorted(".".join(key) for key, value in before.items() if now.get(key) != value)
+def _checker(exclude, files):
+    """check() -> the watched attributes that changed since the snapshot, or now hold a function
+    of the submission their module does not import (a replaced checker, decode loop, signer);
+    take() adds the modules imported since. Closures over builtins taken now."""
+    modules, vars_, id_, isinstance_, getattr_ = sys.modules, vars, id, isinstance, getattr
+    sorted_, list_, set_, type_ = sorted, list, set, type
+    ModuleType, CodeType, compile_, open_ = types.ModuleType, types.CodeType, compile, open
+    only_ast, ImportFrom, AST = ast.PyCF_ONLY_AST, ast.ImportFrom, ast.AST
+    prefixes, names_alone = _WATCHED_PREFIXES, frozenset(_WATCHED_MODULES)
+    exclude, files = frozenset(exclude), frozenset(files)
+    before: dict = {}
+    imported_by: dict = {}
+
+    def watched() -> list:
+        return sorted_(
+            name
+            for name in list_(modules)
+            if name not in exclude and (name in names_alone or name.startswith(prefixes))
+        )
+
+    def snapshot(names) -> dict:
+        ids = {}
+        for name in names:
+            module = modules.get(name)
+            if module is None:
+                continue
+            for attribute, value in list_(vars_(module).items()):
+                if attribute.startswith("__") or isinstance_(value, ModuleType):
+                    continue  # a package gains its submodules as they are imported
+                ids[name, attribute] = id_(value)
+                if isinstance_(value, type_) and getattr_(value, "__module__", None) == name:
+                    for inner, member in list_(vars_(value).items()):
+                        if not inner.startswith("__"):
+                            ids[name, attribute, inner] = id_(member)
+        return ids
+
+    def imported_names(module) -> set:
+        """The names a module's source binds with `from ... import` (its own walk of the AST)."""
+        try:
+            with open_(module.__file__, encoding="utf-8") as file:
+                nodes = [compile_(file.read(), module.__file__, "exec", only_ast)]
+        except (OSError, TypeError, SyntaxError, AttributeError, ValueError):
+            return set_()
+        names = set_()
+        while nodes:
+            node = nodes.pop()
+            if isinstance_(node, ImportFrom):
+                names.update(alias.asname or alias.name for alias in node.names)
+            for field in node._fields:
+                value = getattr_(node, field, None)
+                if isinstance_(value, AST):
+                    nodes.append(value)
+                elif isinstance_(value, list_):
+                    nodes.extend(v for v in value if isinstance_(v, AST))
+        return names
+
+    def held_from_submission() -> list:
+        found = []
+        for name in watched():
+            module = modules[name]
+            for attribute, value in list_(vars_(module).items()):
+                code = getattr_(getattr_(value, "__func__", value), "__code__", None)
+                if not isinstance_(code, CodeType) or code.co_filename not in files:
+                    continue
+                if name not in imported_by:
+                    imported_by[name] = imported_names(module)
+                if attribute not in imported_by[name]:
+                    found.append(f"{name}.{attribute}")
+        return found
+
+    def take() -> None:
+        now = snapshot(watched())
+        for key, value in now.items():
+            before.setdefault(key, value)
+
+    def check() -> list:
+        now = snapshot({key[0] for key in before})
+        changed = [".".join(key) for key, value in before.items() if now.get(key) != value]
+        return sorted_(set_(changed + held_from_submission()))
+
+    return take, check
 
 
-class _Recorder:
-    """The pytest plugin of the grading child: times each test, checks the module snapshot after
-    it, and writes signed records. It is registered before the submission is imported."""
+def _recorder(spec: dict, write):
+    """The pytest plugin of the grading child (a module object of closures, in no sys.modules:
+    nothing a submission can reach or replace): registers the points marker, reports collection
+    errors, runs each test itself under a time limit, checks the snapshot after it, and writes
+    the records."""
+    take, check = _checker(spec["submission_modules"], spec["submission_files"])
+    seconds, set_handler, alarm, run = int(spec["test_seconds"]), signal.signal, signal.alarm, _run
+    SIGALRM, str_, bool_ = signal.SIGALRM, str, bool
+    tampered: list = []
 
-    def __init__(self, spec: dict, write):
-        self.write, self.seconds = write, int(spec["test_seconds"])
-        self.exclude = frozenset(spec["submission_modules"])
-        self.files = frozenset(spec["submission_files"])
-        self.before = _snapshot(_watched_modules(), self.exclude)
-        self.tampered: list[str] = []
+    def note_tampering() -> None:
+        if not tampered:
+            tampered.extend(check())
 
-    def _check(self) -> None:
-        if not self.tampered:
-            self.tampered = _changed(self.before, self.exclude) + [
-                name
-                for name in _defined_in_submission(self.files)
-                if name.rsplit(".", 1)[0] not in self.exclude
-            ]
-
-    def pytest_configure(self, config):
+    def pytest_configure(config):
         config.addinivalue_line("markers", "points(n): what the test is worth (default 1)")
 
-    def pytest_collectreport(self, report):
-        if report.failed:
-            message = _longrepr(report)
-            self.write({"kind": "collect_error", "where": report.nodeid, "message": message})
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection(session):
+        take()  # configured, and nothing of the submission imported yet
 
-    def pytest_collection_finish(self, session):
-        # modules imported during collection join the snapshot (the submission imported them too)
-        self._check()
-        self.before.update(_snapshot(_watched_modules(), self.exclude | set(self.before)))
-        self.write({"kind": "collected", "tests": [item.nodeid for item in session.items]})
+    def pytest_collectreport(report):
+        if report.failed:
+            write({"kind": "collect_error", "where": report.nodeid,
+                   "message": str_(report.longrepr)[-4000:]})  # fmt: skip
+
+    def pytest_collection_finish(session):
+        note_tampering()
+        take()  # modules imported during collection join the snapshot
+        write({"kind": "collected", "tests": [item.nodeid for item in session.items]})
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_protocol(self, item, nextitem):
+    def pytest_runtest_protocol(item, nextitem):
         """Runs the test instead of pytest's own protocol (so no other plugin reports it)."""
-        self.write({"kind": "start", "test": item.nodeid})
+        write({"kind": "start", "test": item.nodeid})
 
         def expired(signum, frame):
-            raise TimeoutError(f"ran over {self.seconds} s: an endless loop, or far too much work?")
+            raise TimeoutError(f"ran over {seconds} s: an endless loop, or far too much work?")
 
-        signal.signal(signal.SIGALRM, expired)
-        signal.alarm(self.seconds)
+        set_handler(SIGALRM, expired)
+        alarm(seconds)
         try:
-            outcome = _run(item, nextitem)
+            passed, message = run(item, nextitem)
         finally:
-            signal.alarm(0)
-        self._check()
-        if self.tampered:
-            outcome = (False, "the submission replaced what the tests check with: "
-                       f"{', '.join(self.tampered[:5])}; graded 0")  # fmt: skip
-        self.write({"kind": "outcome", "test": item.nodeid, "passed": outcome[0],
-                    "message": outcome[1]})  # fmt: skip
+            alarm(0)
+        note_tampering()
+        if tampered:
+            passed, message = False, ("the submission replaced what the tests check with: "
+                                      f"{', '.join(tampered[:5])}; graded 0")  # fmt: skip
+        write({"kind": "outcome", "test": item.nodeid, "passed": bool_(passed),
+               "message": str_(message)})  # fmt: skip
         return True  # the default protocol does not run the test again
+
+    plugin = types.ModuleType("grading_recorder")  # not in sys.modules: reachable by nobody
+    plugin.pytest_configure = pytest_configure
+    plugin.pytest_collection = pytest_collection
+    plugin.pytest_collectreport = pytest_collectreport
+    plugin.pytest_collection_finish = pytest_collection_finish
+    plugin.pytest_runtest_protocol = pytest_runtest_protocol
+    return plugin
+
+
+def _make_runner():
+    """run(item, nextitem) -> (passed, the first line of why not): setup, call (after a setup that
+    passed) and teardown, as pytest runs them; `call_and_report` taken now."""
+    call, reason = call_and_report, _reason
+
+    def run(item, nextitem):
+        passed, message = True, ""
+        for when in ("setup", "call", "teardown"):
+            if when == "call" and not passed:
+                continue
+            extra = {"nextitem": nextitem} if when == "teardown" else {}
+            report = call(item, when, log=False, **extra)
+            if passed and (report.failed or report.skipped):
+                passed, message = False, reason(report) if report.failed else "skipped"
+        return passed, message
+
+    return run
+
+
+def _reason(report) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr)
+    # "AssertionError: the message\nassert ..." -> "the message"; keep other exception names
+    text = text.split("\nassert ")[0].strip()
+    if text.startswith("AssertionError: "):
+        text = text[len("AssertionError: ") :]
+    return text
+
+
+_run = _make_runner()
 
 
 class _Blocker:
@@ -249,11 +401,11 @@ class _Blocker:
 
 
 def _import_independent_modules(names, submission_modules) -> None:
-    """Import pytest, numpy and the minieagle modules `names` (those the tests use) that do not
-    import the submission, before the submission: they enter the snapshot untouched, so a
-    submission that replaces one of their functions (a checker, `numpy.allclose`) is caught."""
+    """Import numpy and the minieagle modules `names` (those the tests use) that do not import
+    the submission, before the submission: they enter the snapshot untouched, so a submission
+    that replaces one of their functions (a checker, `numpy.allclose`) is caught."""
     import numpy  # noqa: F401
-    from _pytest import python, runner  # noqa: F401
+    from _pytest import python, reports  # noqa: F401
 
     blocker = _Blocker(submission_modules)
     sys.meta_path.insert(0, blocker)
@@ -269,93 +421,21 @@ def _import_independent_modules(names, submission_modules) -> None:
         sys.meta_path.remove(blocker)
 
 
-def _imported_names(module) -> set[str]:
-    """The names a module's source binds with `from ... import`: what it may hold from another."""
-    import ast
-
-    try:
-        with open(module.__file__, encoding="utf-8") as file:
-            tree = ast.parse(file.read())
-    except (OSError, TypeError, SyntaxError, AttributeError):
-        return set()
-    return {
-        alias.asname or alias.name
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
-
-
-def _defined_in_submission(submission_files) -> list[str]:
-    """Attributes of the watched modules that hold a function of the submission although their
-    source does not import it: a replaced checker or decode loop."""
-    found = []
-    for name in _watched_modules():
-        module = sys.modules[name]
-        imported = None
-        for attribute, value in list(vars(module).items()):
-            code = getattr(getattr(value, "__func__", value), "__code__", None)
-            if code is None or code.co_filename not in submission_files:
-                continue
-            imported = _imported_names(module) if imported is None else imported
-            if attribute not in imported:
-                found.append(f"{name}.{attribute}")
-    return found
-
-
-def _run(item, nextitem) -> tuple[bool, str]:
-    """Run `item` (setup, call, teardown) as pytest would: (passed, the first line of why not)."""
-    from _pytest.runner import call_and_report
-
-    passed, message = True, ""
-    for when in ("setup", "call", "teardown"):  # the call only after a setup that passed
-        if when == "call" and not passed:
-            continue
-        extra = {"nextitem": nextitem} if when == "teardown" else {}
-        report = call_and_report(item, when, log=False, **extra)
-        if passed and (report.failed or report.skipped):
-            passed, message = False, _reason(report) if report.failed else "skipped"
-    return passed, message
-
-
-def _reason(report) -> str:
-    crash = getattr(report.longrepr, "reprcrash", None)
-    text = crash.message if crash is not None else str(report.longrepr)
-    # "AssertionError: the message\nassert ..." -> "the message"; keep other exception names
-    text = text.split("\nassert ")[0].strip()
-    if text.startswith("AssertionError: "):
-        text = text[len("AssertionError: ") :]
-    return text
-
-
-def _longrepr(report) -> str:
-    return str(report.longrepr)[-4000:]
-
-
 def main() -> None:
     spec = json.loads(sys.stdin.read())
     sys.stdin.close()
-    key = bytes.fromhex(spec.pop("key"))
-    pipe = spec["result_fd"]
-    sequence = [0]
-
-    def write(record: dict) -> None:
-        record["seq"] = sequence[0]
-        sequence[0] += 1
-        body = json.dumps(record, sort_keys=True)
-        mac = hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
-        os.write(pipe, (json.dumps({"body": body, "mac": mac}) + "\n").encode())
-
+    write = _signer(bytes.fromhex(spec.pop("key")), spec["result_fd"])
     sys.addaudithook(_policy(spec))
     _import_independent_modules(spec["preload"], spec["submission_modules"])
-    recorder = _Recorder(spec, write)
+    recorder = _recorder(spec, write)
+    flush, leave = sys.stdout.flush, os._exit
     write({"kind": "ready"})
     args = ["-q", "-s", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:doctest",
             "-c", os.path.join(spec["tests"], "pytest.ini"), spec["tests"]]  # fmt: skip
     code = pytest.main(args, plugins=[recorder])
     write({"kind": "done", "exit": int(code)})
-    sys.stdout.flush()
-    os._exit(0)
+    flush()
+    leave(0)
 
 
 if __name__ == "__main__":

@@ -136,9 +136,12 @@ def expected_tests(tests: dict[str, str]) -> list[dict]:
     return [dict(record) for record in _collected(tuple(sorted(tests.items())))]
 
 
-def run_tests(name: str, sources: dict[str, str], tests: dict[str, str]) -> Outcome:
+def run_tests(
+    name: str, sources: dict[str, str], tests: dict[str, str], order: list[str]
+) -> Outcome:
     """Run `tests` ({file name: source}) against the submission `sources` ({package-relative
-    file: source}) of assignment `name` in a sandboxed child process; see the module docstring."""
+    file: source}) of assignment `name` in a sandboxed child process; see the module docstring.
+    `order`: the test ids as `expected_tests` collected them; the child must run them in it."""
     problem = syntax_problem(sources)
     if problem:
         return Outcome(problem=problem)
@@ -187,7 +190,7 @@ def run_tests(name: str, sources: dict[str, str], tests: dict[str, str]) -> Outc
             except BrokenPipeError:
                 pass
             try:
-                outcome = _read(child, read_end, key, test_seconds)
+                outcome = _read(child, read_end, key, test_seconds, order)
             finally:
                 os.close(read_end)
                 _stop(child)
@@ -215,9 +218,11 @@ def _last_error(log: str) -> str:
     return f"; it printed last: {line[:300]}" if line else ""
 
 
-def _read(child, fd: int, key: bytes, test_seconds: int) -> Outcome:
-    """Read and verify the child's records until it is done, dies, or runs over a limit."""
-    outcome, buffer, expect_seq = Outcome(), b"", 0
+def _read(child, fd: int, key: bytes, test_seconds: int, order: list[str]) -> Outcome:
+    """Read and verify the child's records until it is done, dies, or runs over a limit. Tests
+    must start in `order` (some may be missing: a module that did not import) and each outcome
+    must be the started test's."""
+    outcome, buffer, expect_seq, position = Outcome(), b"", 0, 0
     phase, current = "import", None  # import -> tests
     deadline = time.monotonic() + COLLECT_SECONDS
     collect_errors: list[str] = []
@@ -271,9 +276,22 @@ def _read(child, fd: int, key: bytes, test_seconds: int) -> Outcome:
                     outcome.problem = "the submission could not be imported: " + collect_errors[0]
             elif kind == "start":
                 current = record["test"]
+                if current not in order[position:]:
+                    outcome.problem = (
+                        f"the grading process started {current!r} out of the tests' order: "
+                        "something in the submission changed pytest; graded 0 from there"
+                    )
+                    return outcome
+                position = order.index(current, position) + 1
                 deadline = time.monotonic() + test_seconds + _MARGIN_SECONDS
             elif kind == "outcome":
-                outcome.results[record["test"]] = (bool(record["passed"]), str(record["message"]))
+                if record["test"] != current:
+                    outcome.problem = (
+                        f"the grading process reported {record['test']!r} while {current!r} "
+                        "ran: something in the submission changed pytest; graded 0 from there"
+                    )
+                    return outcome
+                outcome.results[current] = (bool(record["passed"]), str(record["message"]))
             elif kind == "done":
                 if record["exit"] not in (0, 1) and outcome.problem is None:  # 0, 1: tests ran
                     outcome.problem = (
