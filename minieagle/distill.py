@@ -118,6 +118,14 @@ class DistillConfig:
             )
         if not self.keys:
             raise InvalidInputError("keys is empty; record at least 'final' (EAGLE-1's feature)")
+        if len(set(self.keys)) != len(self.keys):
+            raise InvalidInputError(f"keys={list(self.keys)} names a key twice; name each once")
+        if not str(self.out_dir).strip():
+            raise InvalidInputError("out_dir is empty; pass the run's directory, e.g. runs/self")
+        if Path(self.out_dir).exists() and not Path(self.out_dir).is_dir():
+            raise InvalidInputError(
+                f"out_dir {self.out_dir} is a file; pass a directory for the run's shards"
+            )
 
 
 def tensor_fingerprint(params: dict) -> str:

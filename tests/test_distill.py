@@ -149,11 +149,18 @@ def test_a_run_with_other_settings_is_refused(tmp_path):
 @pytest.mark.parametrize(
     ("field", "value", "match"),
     [("source", "web", "source"), ("shards", 0, "shards"), ("temperature", -1.0, "temperature"),
-     ("prompt_tokens", 17, "prompt_tokens"), ("keys", (), "keys")],
+     ("prompt_tokens", 17, "prompt_tokens"), ("keys", (), "keys"),
+     ("keys", ("final", "final"), "twice"), ("out_dir", "", "out_dir is empty")],
 )  # fmt: skip
 def test_bad_settings_name_the_value(tmp_path, field, value, match):
     with pytest.raises(InvalidInputError, match=match):
         _cfg(tmp_path, **{field: value})
+
+
+def test_a_file_where_the_run_directory_should_be_is_refused(tmp_path):
+    (tmp_path / "run").write_text("not a directory")
+    with pytest.raises(InvalidInputError, match="is a file"):
+        _cfg(tmp_path)
 
 
 def test_chat_prompts_are_rendered_with_the_template(tmp_path):
