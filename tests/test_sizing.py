@@ -876,6 +876,29 @@ def test_an_empty_home_writes_no_cache_at_the_filesystem_root(cache, monkeypatch
     assert cache_root() == tmp_path / "home" / ".cache" / "minieagle"
 
 
+@settings(max_examples=50)
+@given(st.lists(st.floats(0.1, 10.0), min_size=1, max_size=8))
+def test_the_verify_curve_is_the_lower_envelope_of_its_measurements(times):
+    """Non-decreasing in N, never above a measurement at N, and equal to the least time
+    measured at N or beyond (a disturbed small N, e.g. verify(1) > verify(2), is replaced)."""
+    measured = {2**i: t for i, t in enumerate(times)}
+    curve = sizing.lower_envelope(measured)
+    assert list(curve) == sorted(measured)
+    values = list(curve.values())
+    assert all(a <= b for a, b in zip(values, values[1:], strict=False))
+    for n, ms in curve.items():
+        assert ms == min(t for m, t in measured.items() if m >= n)
+
+
+def test_the_envelope_checker_catches_a_curve_kept_as_measured(monkeypatch):
+    """Negative control: keeping the measurements as they are fails on a disturbed verify(1)."""
+    monkeypatch.setattr(sizing, "lower_envelope", lambda measured: dict(measured))
+    with pytest.raises(AssertionError):
+        test_the_verify_curve_is_the_lower_envelope_of_its_measurements.hypothesis.inner_test(
+            [5.0, 1.4, 1.3]
+        )
+
+
 # ---------------------------------------------------------------------------- both trees
 
 HOT = SamplingParams(temperature=1.0)
