@@ -232,6 +232,9 @@ def plot(points: list[dict], path: Path) -> None:
                 ax.plot([p["tokens"] for p in mine], [p["tau"]["T=0"][set_name] for p in mine],
                         marker="o", label=name)  # fmt: skip
         ax.set_xscale("log", base=2)
+        ticks = sorted({(p["point"], p["tokens"]) for p in points})
+        ax.set_xticks([t for _, t in ticks], [f"{k}x\n{t / 1e6:.1f}M" for k, t in ticks])
+        ax.minorticks_off()
         ax.set_xlabel("training tokens (one pass)")
         ax.set_title(f"{'held-out' if set_name == 'heldout' else 'out-of-domain'} prompts")
         ax.grid(alpha=0.3)
@@ -261,9 +264,7 @@ def main(argv=None) -> dict:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--out", help="run directories (default runs/eagle3-scaling)")
-    parser.add_argument(
-        "--features", nargs="+", required=True, help="minieagle distill runs to train on"
-    )
+    parser.add_argument("--features", nargs="+", help="minieagle distill runs to train on")
     parser.add_argument(
         "--planned-shards", dest="planned", type=int, nargs="+",
         help="the shards each --features run will hold when finished (default: what each holds "
@@ -279,13 +280,21 @@ def main(argv=None) -> dict:
                         help="share of each point's steps spent decaying the rate")  # fmt: skip
     parser.add_argument("--json", help="write the results here (default OUT/scaling.json)")
     parser.add_argument("--plot", help="write the plot here (default OUT/scaling.png)")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="redraw --plot from the points in --json, train nothing")  # fmt: skip
     budget_flags(parser)
     parser.set_defaults(repeats=1)  # τ, the measure here, is deterministic at T = 0
     args = parser.parse_args(argv)
+    if args.plot_only:
+        results = _read_results(Path(args.json or Path(args.out or ".") / "scaling.json"))
+        plot(results["points"], Path(args.plot or Path(args.out or ".") / "scaling.png"))
+        return results
     apply_smoke(args, "runs/eagle3-scaling-smoke", "runs/eagle3-scaling")
     if args.smoke:
         args.unit_tokens = SMOKE["seq_len"] * 2 * 4  # 4 batches of the smoke's 2 windows
         args.blocks = 2
+    if not args.features:
+        raise InvalidInputError("--features is required: the minieagle distill runs to train on")
     heads = [h.strip() for h in args.heads.split(",")]
     for head in heads:
         if head not in HEADS:
