@@ -273,7 +273,7 @@ class Eagle2Drafter(HeadDrafter):
         children never drawn hold token -1 and are never fed nor kept. Which draws are made
         depends on scores alone, never on a drawn token, so the kept children of a node are a
         prefix of its draws as before, and the law is the same (docs/calibration.md); the
-        drafting is cheaper (about 50 draws a cycle instead of top_k per expanded node)."""
+        drafting is cheaper (at 26 nodes about 60 draws a cycle instead of 328)."""
         if proposals is None:
             tokens, confidence = top_children_of_logits(logits, self.top_k)  # [F, k]
             log_accept = self._log_accept(None, tokens, confidence)
