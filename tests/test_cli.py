@@ -334,6 +334,18 @@ def test_calibrate_ships_maps_that_decoding_uses_by_default(tmp_path, capsys):
     assert "raw scores" in capsys.readouterr().err
 
 
+def test_a_corrupt_shipped_map_is_one_error_naming_the_file(tmp_path, capsys):
+    head = _copy_head(PRETRAINED / "small-eagle1", tmp_path / "head")
+    (head / "calibration.json").write_text('{"format": "minieagle-head-calibration", "version": 1}')
+    argv = ["generate", "x", "--method", "eagle2", "--head", str(head), "--total-tokens", "8"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(f"error: {head / 'calibration.json'} lacks 'settings'") and "None" not in err
+    )
+    assert main([*argv, "--calibration", "none"]) == 0  # the way around it
+
+
 def test_calibrate_refuses_a_head_that_is_not_an_eagle_head(capsys):
     assert main(["calibrate", "--head", "small-medusa"]) == 2
     assert "is not an EAGLE-1 or EAGLE-3 head" in capsys.readouterr().err

@@ -126,8 +126,10 @@ def drafter_factory(args, config, target, tokenizer=None):
                 getattr(args, "sampled_tree", None),
                 head_dir(args),
             )
-        except InvalidInputError as error:
-            raise InvalidInputError(f"--calibration {given}: {error}") from None
+        except InvalidInputError as error:  # a bad file (a corrupt shipped map names itself)
+            raise InvalidInputError(
+                str(error) if given is None else f"--calibration {given}: {error}"
+            ) from None
         kwargs.update(calibration=calibration, sampled_tree=sampled_tree)
     auto = method in ("eagle2", "eagle3") and args.total_tokens in (None, "auto")
     if auto or (method == "eagle1" and tree == "auto"):
