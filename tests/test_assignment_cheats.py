@@ -5,20 +5,29 @@ without writing the verifier: by loading the reference (from the instructor's fi
 source, around the import machinery, through the grader's own `reference_sources`), by forging the
 result (a score file rewritten at exit, a pytest hook that turns failures into passes, a patched
 scoring module, the checkers or numpy patched, records written to the grader's channel), by reading
-the hidden tests and answers, or by ending or hanging the grading process. The grader runs every
-submission in a sandboxed process of its own (minieagle/assignments/isolation.py), so each must
-score 0 of 25, and a submission that stops the grading must get a report that says why.
-docs/assignments.md has the threat model.
+the hidden tests and answers, or by ending or hanging the grading process; and by escaping the
+sandbox's checks: a thread that patches the checkers between two tamper checks, a C extension or
+a `.pth` or `sitecustomize.py` written to the work folder, code made from a string (whose frames
+are nobody's), frames walked to the recorder's signer, a symbolic link out of the work folder, and
+files handed in beside the submission or as links. The grader runs every submission in a
+sandboxed process of its own (minieagle/assignments/isolation.py), so each must score 0, and a
+submission that stops the grading must get a report that says why. Where a cheat is blocked by the
+sandbox, a control shows that the same code does work outside it. docs/assignments.md has the
+threat model.
 """
 
 # ruff: noqa: E501 (the cheats are source text, written as a student would)
 
 from __future__ import annotations
 
+import base64
 import functools
+import marshal
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -30,6 +39,166 @@ NAME = "verifier"
 LIBRARY = str(grader.LIBRARY)
 REFERENCE = os.path.join(LIBRARY, "verify.py")
 BIND = "\nacceptance_probability, residual, verify = ref.acceptance_probability, ref.residual, ref.verify\n"
+
+# Signs passes for this test and every later one with the recorder's own `write`, found by walking
+# the frames from inside a test (where the tests call the submission), then leaves.
+FORGE = """
+import inspect, os
+def _forge(*args, **kwargs):
+    frame = inspect.currentframe()
+    while frame is not None and not {"write", "item", "expired"} <= set(frame.f_locals):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    write, item = frame.f_locals["write"], frame.f_locals["item"]
+    items = item.session.items
+    for other in items[items.index(item):]:
+        if other is not item:
+            write({"kind": "start", "test": other.nodeid})
+        write({"kind": "outcome", "test": other.nodeid, "passed": True, "message": ""})
+    write({"kind": "done", "exit": 0})
+    os._exit(0)
+"""
+# the forge, defined by code that is not in the submitted file
+FORGES = {
+    "frames walked to the recorder's signer (inspect.currentframe)": FORGE
+    + "\nacceptance_probability = residual = verify = _forge\n",
+    "the forge made from a string by a library (timeit), so its frames are nobody's": f"""
+import timeit
+timeit.Timer("pass", setup={"global _forge" + chr(10) + FORGE!r}, globals=globals()).timeit(1)
+acceptance_probability = residual = verify = _forge
+""",
+    "the forge as a signal handler, given the running frame (SIGPROF)": FORGE.replace(
+        "inspect.currentframe()", "args[1]"
+    )
+    + """
+import signal
+signal.signal(signal.SIGPROF, _forge)
+signal.setitimer(signal.ITIMER_PROF, 0.01, 0.01)
+""",
+    "the forge in a .pth written to the work folder, run by site.addsitedir": f"""
+import builtins, os, site
+with open(os.path.join(os.getcwd(), "cheat.pth"), "w") as _file:
+    _file.write("import builtins; exec(" + repr({FORGE!r}) + ", vars(builtins))" + chr(10))
+site.addsitedir(os.getcwd())
+acceptance_probability = residual = verify = builtins._forge
+""",
+    "the forge in a sitecustomize.py written to the work folder and imported": f"""
+import os, sys
+with open(os.path.join(os.getcwd(), "sitecustomize.py"), "w") as _file:
+    _file.write({FORGE!r})
+sys.path.insert(0, os.getcwd())
+from sitecustomize import _forge
+acceptance_probability = residual = verify = _forge
+""",
+}
+
+
+def _bytecode_forge() -> str:
+    """The forge as bytecode whose file name is the standard library's os.py, unmarshalled by
+    importlib's helper: its frames would look like the library's."""
+    namespace: dict = {}
+    exec(FORGE, namespace)
+    code = namespace["_forge"].__code__.replace(co_filename=os.__file__)
+    return f"""
+import importlib._bootstrap_external, inspect, os, types
+_code = importlib._bootstrap_external._compile_bytecode({marshal.dumps(code)!r})
+acceptance_probability = residual = verify = types.FunctionType(_code, globals())
+"""
+
+
+FORGES["the forge as bytecode that claims another file (os.py)"] = _bytecode_forge()
+
+# Every way to start a thread, each tried; a started thread keeps the checkers patched while the
+# tests run and puts them back now and then (the tamper check looks between two tests).
+THREAD_STARTS = {
+    "threading.Thread": "threading.Thread(target=_flip, daemon=True).start()",
+    "_thread.start_new_thread": "_thread.start_new_thread(_flip, ())",
+    "threading._start_new_thread": "threading._start_new_thread(_flip, ())",
+    "concurrent.futures": "concurrent.futures.ThreadPoolExecutor(1).submit(_flip)",
+    "importlib.reload(_thread)": "importlib.reload(_thread).start_new_thread(_flip, ())",
+    "a fresh _thread (_imp.create_builtin)": "_imp.create_builtin(importlib.machinery.ModuleSpec('_thread', None)).start_new_thread(_flip, ())",
+}
+THREADS = (
+    """
+import _imp, _thread, concurrent.futures, importlib, importlib.machinery, threading, time
+import numpy
+import minieagle.testing as _testing
+_real = (numpy.isclose, numpy.allclose, _testing.assert_lossless)
+_seen = []
+def _flip():
+    for _ in range(300):
+        numpy.isclose = numpy.allclose = lambda *a, **k: True
+        _testing.assert_lossless = lambda *a, **k: None
+        time.sleep(0.002)
+        numpy.isclose, numpy.allclose, _testing.assert_lossless = _real
+        time.sleep(0.0001)
+"""
+    + "".join(
+        f"try:\n    {start}\n    _seen.append('THREAD STARTED: {how}')\n"
+        f"except Exception as _error:\n    _seen.append('THREAD REFUSED: {how}: ' + str(_error))\n"
+        for how, start in THREAD_STARTS.items()
+    )
+    + """
+print(*_seen, sep="\\n")
+def verify(*args, **kwargs):  # what happened, in every test's message
+    raise RuntimeError(" | ".join(_seen))
+acceptance_probability = residual = verify
+"""
+)
+
+# A symbolic link out of the work folder whose target is checked from a deeper folder: '../' * n
+# from there stays inside, from the link's own folder it reaches /.
+SYMLINK = (
+    f"""
+import importlib.util, os, sys
+_work = os.getcwd()
+_deep = os.path.join(_work, "a", "b", "c", "d")
+os.makedirs(_deep)
+os.chdir(_deep)
+os.symlink("/".join([".."] * _work.count("/")), os.path.join(_work, "root"))
+os.chdir(_work)
+_spec = importlib.util.spec_from_file_location("_reference_verify", os.path.join(_work, "root") + {REFERENCE!r})
+ref = sys.modules["_reference_verify"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ref)
+"""
+    + BIND
+)
+
+# A C extension: caller_frame() is the calling Python frame, got in C (PyEval_GetFrame), where no
+# audit hook sees it; the forge then walks the frames from it.
+EXTENSION_C = r"""
+#include <Python.h>
+static PyObject *caller_frame(PyObject *self, PyObject *unused) {
+    PyObject *frame = (PyObject *)PyEval_GetFrame();
+    if (frame == NULL) Py_RETURN_NONE;
+    Py_INCREF(frame);
+    return frame;
+}
+static PyMethodDef methods[] = {{"caller_frame", caller_frame, METH_NOARGS, ""}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fast_verify", NULL, -1, methods};
+PyMODINIT_FUNC PyInit__fast_verify(void) { return PyModule_Create(&module); }
+"""
+EXTENSION_CHEAT = "a C extension written to the work folder and loaded"
+
+# Open (docs/assignments.md, "Not defended"): pytest's Config is in module globals, its plugin
+# manager holds the recorder, and the recorder's closure holds the signer.
+CONFIG_ROUTE = "pytest's Config from module globals, the recorder's signer from its closure"
+CONFIG_FORGE = """
+import os, sys, pytest
+_config = next(f.config for f in sys.meta_path if hasattr(f, "config"))
+_recorder = next(p for p in _config.pluginmanager.get_plugins() if getattr(p, "__name__", "") == "grading_recorder")
+_write = next(c.cell_contents for c in _recorder.pytest_runtest_protocol.__closure__ if getattr(c.cell_contents, "__name__", "") == "write")
+class _Forger:
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session):
+        for item in session.items:
+            _write({"kind": "start", "test": item.nodeid})
+            _write({"kind": "outcome", "test": item.nodeid, "passed": True, "message": ""})
+        _write({"kind": "done", "exit": 0})
+        os._exit(0)
+_config.pluginmanager.register(_Forger(), "forger")
+"""
 
 CHEATS = {
     "importlib from the reference file": f"""
@@ -220,6 +389,9 @@ def _later():
             pass
 threading.Thread(target=_later, daemon=True).start()
 """,
+    **FORGES,
+    "every way to start a thread that patches the checkers between two checks": THREADS,
+    "a symbolic link out of the work folder, to the instructor's copy": SYMLINK,
     "os._exit(0) at import": "\nimport os\nos._exit(0)\n",
     "sys.exit(0) at import": "\nimport sys\nsys.exit(0)\n",
 }
@@ -230,12 +402,60 @@ def _stub() -> str:
 
 
 @functools.cache
+def _extension() -> bytes | None:
+    """The compiled C extension (EXTENSION_C), or None where no C compiler or Python.h is here."""
+    include = sysconfig.get_paths()["include"]
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None or not os.path.exists(os.path.join(include, "Python.h")):
+        return None
+    folder = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"cheat-extension-{os.getpid()}")
+    os.makedirs(folder, exist_ok=True)
+    source, built = os.path.join(folder, "fast.c"), os.path.join(folder, "_fast_verify.so")
+    with open(source, "w", encoding="utf-8") as file:
+        file.write(EXTENSION_C)
+    run = subprocess.run([compiler, "-shared", "-fPIC", f"-I{include}", source, "-o", built],
+                         capture_output=True, text=True)  # fmt: skip
+    data = open(built, "rb").read() if run.returncode == 0 else None
+    shutil.rmtree(folder, ignore_errors=True)
+    return data
+
+
+def _extension_cheat() -> str | None:
+    """Writes the extension's bytes to the folder it runs in, loads it, and forges from the frame
+    it returns."""
+    data = _extension()
+    if data is None:
+        return None
+    return f"""
+import base64, importlib.machinery, importlib.util, os
+_path = os.path.join(os.getcwd(), "_fast_verify" + importlib.machinery.EXTENSION_SUFFIXES[0])
+with open(_path, "wb") as _file:
+    _file.write(base64.b64decode({base64.b64encode(data).decode()!r}))
+_spec = importlib.util.spec_from_file_location("_fast_verify", _path)
+_fast = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_fast)
+""" + FORGES["frames walked to the recorder's signer (inspect.currentframe)"].replace(
+        "inspect.currentframe()", "_fast.caller_frame()"
+    )
+
+
+def _needs_extension() -> str:
+    code = _extension_cheat()
+    if code is None:
+        pytest.skip("no C compiler or Python.h here to build the extension cheat")
+    return code
+
+
+@functools.cache
 def _reports() -> dict[str, grader.Report]:
     """Every cheat graded, two at a time (each is its own sandboxed process)."""
+    cheats = {**CHEATS, CONFIG_ROUTE: CONFIG_FORGE}
+    if _extension_cheat() is not None:
+        cheats[EXTENSION_CHEAT] = _extension_cheat()
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {
             cheat: pool.submit(grader.grade_sources, NAME, {"verify.py": _stub() + code})
-            for cheat, code in CHEATS.items()
+            for cheat, code in cheats.items()
         }
         return {cheat: future.result() for cheat, future in futures.items()}
 
@@ -272,21 +492,133 @@ def test_the_reference_routes_score_nothing_on_another_assignment_too(how):
     assert report.total > 0 and report.score == 0, report.text()
 
 
-@pytest.mark.parametrize(
-    "cheat",
-    ["importlib from the reference file", "exec of the reference source",
-     "the grader's reference_sources()"],
-)  # fmt: skip
-def test_the_reference_routes_are_real_outside_the_sandbox(cheat, tmp_path):
-    """The negative controls can fail: run as a plain module in the instructor's environment,
-    each of these cheats does get a working verifier from the reference."""
-    (tmp_path / "cheat.py").write_text(_stub() + CHEATS[cheat], encoding="utf-8")
+def _works_outside(source: str, folder) -> None:
+    """`source`, run as a plain module in `folder` (its working folder) in the instructor's
+    environment, has a working verifier."""
+    (folder / "cheat.py").write_text(source, encoding="utf-8")
     code = (
         "import numpy as np, cheat\n"
         "print(cheat.acceptance_probability(np.array([0.5, 0.5]), np.array([0.25, 0.75]), 1))\n"
     )
-    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout.strip() == str(0.5 / 0.75), run.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "cheat",
+    ["importlib from the reference file", "exec of the reference source",
+     "the grader's reference_sources()",
+     "a symbolic link out of the work folder, to the instructor's copy"],
+)  # fmt: skip
+def test_the_reference_routes_are_real_outside_the_sandbox(cheat, tmp_path):
+    """The negative controls can fail: run as a plain module in the instructor's environment,
+    each of these cheats does get a working verifier from the reference."""
+    _works_outside(_stub() + CHEATS[cheat], tmp_path)
+
+
+@pytest.mark.xfail(strict=True, reason="open: docs/assignments.md, 'Not defended'")
+def test_the_recorder_reached_through_pytests_config_scores_nothing():
+    """Known open: when this passes, the route is closed; move it into CHEATS."""
+    report = _reports()[CONFIG_ROUTE]
+    assert report.score == 0, report.text()
+
+
+def test_the_extension_cheat_scores_nothing(tmp_path):
+    """The sandbox refuses to load an extension module from outside the Python installation (its
+    C code would run past the audit hook)."""
+    _needs_extension()
+    report = _reports()[EXTENSION_CHEAT]
+    assert report.total > 0 and report.score == 0, report.text()
+    assert "loading the extension module _fast_verify" in (report.problem or ""), report.text()
+
+
+@pytest.mark.parametrize("cheat", [*FORGES, EXTENSION_CHEAT])
+def test_the_forges_are_real_where_frames_can_be_walked(cheat, tmp_path):
+    """Each forge, run as a plain module from inside a function shaped like the recorder's
+    protocol hook (locals `write`, `item`, `expired`), signs a pass for every test: what it would
+    do in a sandbox that let it walk frames."""
+    code = _needs_extension() if cheat == EXTENSION_CHEAT else CHEATS[cheat]
+    (tmp_path / "cheat.py").write_text(_stub() + code, encoding="utf-8")
+    code = (
+        "import types, cheat\n"
+        "item = types.SimpleNamespace(nodeid='a')\n"
+        "item.session = types.SimpleNamespace(items=[item, types.SimpleNamespace(nodeid='b')])\n"
+        "def pytest_runtest_protocol(item, write=print, expired=None):\n"
+        "    try:\n"
+        "        cheat.verify()\n"
+        "    except (TypeError, NotImplementedError):  # the stub's: the signal handler forges\n"
+        "        for _ in range(10**8):\n"
+        "            pass\n"
+        "pytest_runtest_protocol(item)\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    forged = [line for line in run.stdout.splitlines() if "'passed': True" in line]
+    assert len(forged) == 2 and "'kind': 'done'" in run.stdout, run.stdout + run.stderr[-2000:]
+
+
+def test_every_thread_start_is_refused_and_each_starts_outside_the_sandbox(tmp_path):
+    report = _reports()["every way to start a thread that patches the checkers between two checks"]
+    assert report.total > 0 and report.score == 0, report.text()
+    told = report.results[0]["message"]
+    assert told.count("THREAD REFUSED") == len(THREAD_STARTS), report.text()
+    assert "THREAD STARTED" not in told, report.text()
+    (tmp_path / "cheat.py").write_text(_stub() + THREADS, encoding="utf-8")
+    code = "import time, numpy, cheat\ntime.sleep(0.1)\nprint('PATCHED:', numpy.allclose(0, 1))\n"
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    started = [line for line in run.stdout.splitlines() if line.startswith("THREAD STARTED")]
+    assert len(started) == len(THREAD_STARTS) and "PATCHED: True" in run.stdout, run.stdout
+
+
+def _student_folder(tmp_path):
+    """A student folder as handed in: submission/verify.py (the stub, importing a helper) and,
+    beside it, the helper, a `.pth`, a sitecustomize.py and a usercustomize.py that each load the
+    reference, and the extension where it can be built."""
+    submission = tmp_path / "handed-in" / "submission"
+    submission.mkdir(parents=True)
+    load = CHEATS["importlib from the reference file"]
+    for helper in ("_helper.py", "sitecustomize.py", "usercustomize.py"):
+        (submission / helper).write_text(load, encoding="utf-8")
+    (submission / "cheat.pth").write_text("import _helper\n", encoding="utf-8")
+    imports = "\nfrom _helper import acceptance_probability, residual, verify\n"
+    if _extension() is not None:
+        (submission / "_fast_verify.so").write_bytes(_extension())
+    (submission / "verify.py").write_text(_stub() + imports, encoding="utf-8")
+    return submission
+
+
+def test_files_handed_in_beside_the_submission_are_not_graded(tmp_path):
+    """Only the assignment's files (the handout's "Your files") reach the grading copy: a helper
+    module, a .pth, sitecustomize.py, usercustomize.py or an extension beside them is not there,
+    so the import fails. Outside the sandbox, the same folder imports the reference."""
+    submission = _student_folder(tmp_path)
+    report = grader.grade(NAME, submission.parent)
+    assert report.total > 0 and report.score == 0, report.text()
+    assert "_helper" in (report.problem or ""), report.text()
+    code = (
+        "import sys, numpy as np\nsys.path.insert(0, 'submission')\nimport verify\n"
+        "print(verify.acceptance_probability(np.array([0.5, 0.5]), np.array([0.25, 0.75]), 1))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=submission.parent, capture_output=True,
+                         text=True)  # fmt: skip
+    assert run.returncode == 0 and run.stdout.strip() == str(0.5 / 0.75), run.stderr[-2000:]
+
+
+def test_a_submitted_file_that_is_a_symbolic_link_is_refused(tmp_path, capsys):
+    """A link handed in as verify.py (to the instructor's copy, or to the answers, which a syntax
+    error would quote) is refused before anything is read; read through, it is the reference."""
+    folder = tmp_path / "handed-in"
+    (folder / "submission").mkdir(parents=True)
+    (folder / "submission" / "verify.py").symlink_to(REFERENCE)
+    assert "def verify(" in (folder / "submission" / "verify.py").read_text()  # the control
+    with pytest.raises(ValueError, match="symbolic link"):
+        grader.grade(NAME, folder)
+    assert main(["assignment", "grade", NAME, str(folder)]) == 2
+    assert "symbolic link" in capsys.readouterr().err
+    (folder / "submission" / "verify.py").unlink()
+    (folder / "submission").rmdir()
+    (folder / "submission").symlink_to(os.path.dirname(REFERENCE), target_is_directory=True)
+    with pytest.raises(ValueError, match="symbolic link"):  # submission/ itself a link
+        grader.grade(NAME, folder)
 
 
 def test_no_cheat_leaks_the_hidden_tests_or_the_answers():
@@ -336,12 +668,12 @@ def test_a_loop_at_import_is_stopped_by_the_collection_limit(monkeypatch):
 
 
 def test_a_loop_in_a_test_with_its_alarm_ignored_is_stopped_by_the_grader(monkeypatch):
-    """The child times each test with SIGALRM; a submission that ignores the signal and loops is
-    stopped by the grading process, which names the test."""
+    """The child times each test with SIGALRM; a submission that blocks the signal (installing a
+    handler is refused) and loops is stopped by the grading process, which names the test."""
     monkeypatch.setenv("MINIEAGLE_TEST_SECONDS", "1")
     monkeypatch.setattr(isolation, "_MARGIN_SECONDS", 2)
     loop = (
-        "\n    import signal\n    signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+        "\n    import signal\n    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n"
         "    while True:\n        pass\n"
     )
     source = _stub().replace('    """min(1, p(x) / q(x)); q = None means', loop + '    """', 1)

@@ -20,6 +20,7 @@ the public and hidden tests against a submission in a sandboxed process of its o
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -273,14 +274,29 @@ def grade_sources(name: str, sources: dict[str, str]) -> Report:
 
 
 def grade(name: str, folder: str | Path) -> Report:
-    """Grade the student folder `folder`: its `submission/`, or the folder itself if none."""
+    """Grade the student folder `folder`: its `submission/`, or the folder itself if none. Only
+    the assignment's files are read (the handout's "Your files"), as text, and none through a
+    symbolic link: a link handed in could point at the instructor's copy."""
     folder = Path(folder)
     root = folder / "submission" if (folder / "submission").is_dir() else folder
     assignment = get(name)
-    sources = {
-        f: (root / f).read_text(encoding="utf-8") for f in assignment.files if (root / f).exists()
-    }
+    sources = {}
+    for file in assignment.files:
+        path = root / file
+        if path.is_symlink() or (path.exists() and not _inside(path, folder)):
+            raise ValueError(
+                f"{path} is a symbolic link (to {os.path.realpath(path)}) or lies behind one; "
+                "hand in the file itself (zip -r copies files, not links)"
+            )
+        if path.exists():
+            sources[file] = path.read_text(encoding="utf-8")
     return grade_sources(name, sources)
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether `path`, below `folder`, is reached without following a symbolic link."""
+    relative = os.path.relpath(os.path.abspath(path), os.path.abspath(folder))
+    return os.path.realpath(path) == os.path.join(os.path.realpath(folder), relative)
 
 
 def check(name: str) -> list[tuple[str, Report]]:

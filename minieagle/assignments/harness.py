@@ -8,11 +8,14 @@ imported, `main`:
 1. reads the spec (the tests folder, the submission's files, the key that signs each record, the
    file descriptor of the result pipe) and closes standard input;
 2. installs an audit hook (PEP 578) that refuses, from then on, to open a file outside the
-   grading copy, the work folder and the Python installation (never the instructor's copy), to
-   change a file outside the work folder, and refuses to the submission's code introspection and
-   escape routes: frames, `gc`, `exec` and `compile`, `ctypes`, processes, signals to others,
-   tracing, new audit hooks, reading the tests;
-3. imports the library modules the tests check with and takes a snapshot of them;
+   grading copy, the work folder and the Python installation (never the instructor's copy; links
+   followed first), to change a file outside the work folder, to load code from the work folder
+   or an extension module from outside the installation, and refuses to the submission's code
+   (its files, and any code not from a file of the copy, the tests or the installation)
+   introspection and escape routes: frames, `gc`, `exec`, `compile` and `marshal`, `ctypes`,
+   processes, signals to others, tracing, new audit hooks, reading the tests;
+3. imports the library modules the tests check with and takes a snapshot of them; then disables
+   starting threads and installing signal handlers, and stops reading bytecode;
 4. runs pytest with a recorder plugin that times each test, checks the snapshot after it, and
    writes one signed JSON line per event to the result pipe; then leaves with `os._exit`, so no
    `atexit` handler runs.
@@ -31,12 +34,18 @@ threat model: what this defends and what it does not.
 
 from __future__ import annotations
 
+import _imp
+import _signal
+import _thread
 import ast
 import hashlib
+import importlib.util
 import json
 import os
 import signal
+import stat
 import sys
+import threading
 import types
 
 import pytest  # before the submission, like everything this module uses
@@ -44,15 +53,22 @@ from _pytest.runner import call_and_report
 
 _READ_ONLY_DEVICES = ("/dev/null", "/dev/urandom", "/proc/cpuinfo", "/proc/meminfo")
 # refused to the submission's own call (the library does them legitimately: dataclasses exec,
-# imports compile, warnings and tracebacks read frames)
-_NOT_BY_SUBMISSION = ("exec", "compile", "sys._getframe", "object.__getattr__")
+# imports compile)
+_NOT_BY_SUBMISSION = ("exec", "compile", "object.__getattr__")
 # refused while the submission is anywhere on the stack (no test needs them)
 _NOT_UNDER_SUBMISSION = (
     "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile",
     "sys.addaudithook", "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn",
     "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg", "signal.pthread_kill",
-    "socket.connect", "socket.bind", "ctypes.dlopen",
+    "socket.connect", "socket.bind", "ctypes.dlopen", "sys._current_frames", "code.__new__",
+    "marshal.loads", "marshal.load",
 )  # fmt: skip
+# a frame leads (f_back, f_locals) to the recorder's and the signer's: while the submission is on
+# the stack no code gets one, except these modules, which read only their caller's module name
+_FRAME_ATTRIBUTES = frozenset(("tb_frame", "gi_frame", "cr_frame", "ag_frame"))
+_FRAME_READERS = ("collections", "typing", "typing_extensions", "enum")
+# extension modules that run code outside this interpreter's audit hook, or test CPython itself
+_REFUSED_EXTENSIONS = ("_xxsubinterpreters", "_xxinterpchannels", "_test", "xx")
 # path operations: allowed in the work folder only (listing: where reading is allowed)
 _CHANGES = (
     "os.symlink", "os.link", "os.rename", "os.remove", "os.rmdir", "os.chmod", "os.chown",
@@ -80,19 +96,27 @@ def _policy(spec: dict):
     encoding = sys.getfilesystemencoding()
     isinstance_, any_, hasattr_, len_, refused = isinstance, any, hasattr, len, Refused
     str_, bytes_, int_ = str, bytes, int
+    lstat, readlink, is_link = os.lstat, os.readlink, stat.S_ISLNK
     watched = frozenset(
-        ("open", *_NOT_BY_SUBMISSION, *_NOT_UNDER_SUBMISSION, *_CHANGES, *_LISTINGS)
-    )
+        ("open", "import", "sys._getframe", *_NOT_BY_SUBMISSION, *_NOT_UNDER_SUBMISSION,
+         *_CHANGES, *_LISTINGS)
+    )  # fmt: skip
     not_by, not_under, changes, listings = (
         frozenset(_NOT_BY_SUBMISSION), frozenset(_NOT_UNDER_SUBMISSION), frozenset(_CHANGES),
         frozenset(_LISTINGS),
     )  # fmt: skip
     devices, write_flags = frozenset(_READ_ONLY_DEVICES), _WRITE_FLAGS
     copy, work, tests = spec["copy"], spec["work"], spec["tests"]
-    python = tuple(spec["python_paths"])
+    python, linked = tuple(spec["python_paths"]), frozenset(spec["linked_data"])
+    frame_attributes, refused_extensions = _FRAME_ATTRIBUTES, _REFUSED_EXTENSIONS
+    frame_readers = frozenset(
+        found.origin for found in map(importlib.util.find_spec, _FRAME_READERS) if found is not None
+    )
     denied_names = ("minieagle", "__editable__", "_minieagle")
     submission = frozenset(spec["submission_files"])
     inside = [False]  # the hook's own getframe call must not recurse into it
+    known: dict = {}  # file name -> whether its code is the submission's (see untrusted)
+    bottom = getframe(1)  # main's: the stack below it is the interpreter's start (python -c)
 
     def absolute(path) -> str:
         """The absolute, lexically normalised path (os.path.abspath, from C functions only)."""
@@ -110,35 +134,110 @@ def _policy(spec: dict):
                 parts.append(part)
         return "/" + "/".join(parts)
 
+    def resolved(path) -> str:
+        """The absolute path with every symbolic link followed (os.path.realpath, from C
+        functions only): a link cannot lead a checked path out of the allowed roots."""
+        parts, done, links = absolute(path).split("/"), "", 0
+        while parts:
+            part = parts.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                done = done.rsplit("/", 1)[0]
+                continue
+            candidate = done + "/" + part
+            try:
+                mode = lstat(candidate).st_mode
+            except OSError:  # not there (yet): nothing to follow
+                done = candidate
+                continue
+            if not is_link(mode):
+                done = candidate
+                continue
+            links += 1
+            if links > 40:
+                raise refused(f"{path} has more than 40 symbolic links in a row")
+            target = readlink(candidate)
+            if target.startswith("/"):
+                done = ""
+            parts[:0] = target.split("/")
+        return done or "/"
+
     def under(path: str, root: str) -> bool:
         return path == root or path.startswith(root.rstrip("/") + "/")
 
-    def from_submission(anywhere: bool) -> bool:
+    def caller_file(depth: int = 3) -> str:
+        return getframe(depth).f_code.co_filename  # 0: here, 1: check, 2: hook, 3: the caller
+
+    def untrusted(filename: str) -> bool:
+        """Code of the submission: its files, and any code not from a file of the grading copy,
+        the tests or the Python installation (made from a string by `typing`, `timeit` or a
+        `.pth`, say, for the submission). Remembered per file name."""
+        verdict = known.get(filename)
+        if verdict is None:
+            if filename in submission or not filename.startswith(("/", "<frozen ")):
+                verdict = True
+            elif filename.startswith("<frozen "):
+                verdict = False
+            else:
+                path = resolved(filename)
+                verdict = not (under(path, copy) or under(path, tests) or in_python(path))
+            known[filename] = verdict
+        return verdict
+
+    def from_submission(anywhere: bool, depth: int = 3) -> bool:
         """Whether the submission's code made this call: directly (the caller's frame is the
-        submission's) or, with `anywhere`, from any depth (the submission is on the stack)."""
-        frame = getframe(3)  # 0: here, 1: check, 2: hook, 3: the caller
-        while frame is not None:
-            if frame.f_code.co_filename in submission:
+        submission's) or, with `anywhere`, from any depth (the submission is on the stack).
+        `depth`: the caller's frame, counted from here (3 from `check`)."""
+        frame = getframe(depth)
+        while frame is not None and frame is not bottom:
+            if untrusted(frame.f_code.co_filename):
                 return True
             if not anywhere:
                 return False
             frame = frame.f_back
         return False
 
-    def readable(path: str) -> bool:
-        if under(path, copy) or under(path, work) or under(path, tests) or path in devices:
-            return True
+    def in_python(path: str) -> bool:
         for root in python:
             if under(path, root):  # not minieagle's install, its .pth or their __pycache__
                 parts = path[len_(root) :].lstrip("/").split("/")
-                return not any_(p.startswith(denied_names) or p.endswith(".pth") for p in parts)
+                return not any_(p.startswith(denied_names) for p in parts)
         return False
 
+    def readable(path: str) -> bool:
+        if under(path, copy) or under(path, work) or under(path, tests) or path in devices:
+            return True
+        return path in linked or in_python(path)
+
     def read(path: str) -> None:
-        if not readable(path):
+        if not readable(path) or path.endswith(".pth"):  # a .pth runs its lines (site.py)
             raise refused(f"reading {path} is not allowed while grading")
         if under(path, tests) and from_submission(anywhere=True):
             raise refused("a submission may not read the grader's tests")
+        if under(path, work) and (
+            caller_file(4).startswith("<frozen ")  # importlib or zipimport loading code
+            or (from_submission(True, 4) and not from_submission(False, 4))
+        ):  # code written there by the submission would run as nobody's (see from_submission)
+            raise refused(f"loading {path}, a file written while grading, is not allowed")
+
+    def load_extension(name: str, path: str) -> None:
+        """Refused: an extension module from outside the Python installation (C code runs
+        unchecked) or one of `refused_extensions`."""
+        if not in_python(path) or name.rsplit(".", 1)[-1].startswith(refused_extensions):
+            raise refused(f"loading the extension module {name} ({path}) is not allowed here")
+
+    def compiled(filename) -> None:
+        """Refused: compiling a file of the work folder ('<string>' names none)."""
+        if not isinstance_(filename, (str_, bytes_)):
+            return
+        path = resolved(filename)
+        try:
+            lstat(path)
+        except OSError:
+            return
+        if under(path, work):
+            raise refused(f"compiling {filename}, a file written while grading, is not allowed")
 
     def write(path: str) -> None:
         if not (under(path, work) or path == "/dev/null"):
@@ -146,7 +245,7 @@ def _policy(spec: dict):
 
     def paths(args) -> list:
         return [
-            absolute(a) for a in args if isinstance_(a, (str_, bytes_)) or hasattr_(a, "__fspath__")
+            resolved(a) for a in args if isinstance_(a, (str_, bytes_)) or hasattr_(a, "__fspath__")
         ]
 
     def check(event: str, args: tuple) -> None:
@@ -156,7 +255,7 @@ def _policy(spec: dict):
                 if path > 2:
                     raise refused(f"opening file descriptor {path} is not allowed here")
                 return
-            path = absolute(path)
+            path = resolved(path)
             if any_(c in (mode or "") for c in "wax+") or (flags or 0) & write_flags:
                 write(path)
             read(path)
@@ -166,9 +265,23 @@ def _policy(spec: dict):
         elif event in changes:
             for path in paths(args):
                 write(path)
+        elif event == "import":
+            name, filename = args[0], args[1]
+            if filename is not None:
+                load_extension(str_(name), resolved(filename))
         elif event in not_under:
             if from_submission(anywhere=True):
                 raise refused(f"{event} is not allowed in a submission")
+        elif event == "sys._getframe" or (
+            event == "object.__getattr__" and args[1] in frame_attributes
+        ):
+            caller = caller_file()
+            if from_submission(anywhere=True) and caller not in frame_readers:
+                raise refused(f"{event} is not allowed while a submission runs ({caller})")
+        elif event == "compile" and len_(args) > 1:
+            if from_submission(anywhere=False):
+                raise refused("compile is not allowed in a submission")
+            compiled(args[1])
         elif event in not_by and from_submission(anywhere=False):
             raise refused(f"{event} is not allowed in a submission")
 
@@ -300,7 +413,7 @@ def _recorder(spec: dict, write):
     errors, runs each test itself under a time limit, checks the snapshot after it, and writes
     the records."""
     take, check = _checker(spec["submission_modules"], spec["submission_files"])
-    seconds, set_handler, alarm, run = int(spec["test_seconds"]), signal.signal, signal.alarm, _run
+    seconds, set_handler, alarm, run = int(spec["test_seconds"]), _signal.signal, signal.alarm, _run
     SIGALRM, str_, bool_ = signal.SIGALRM, str, bool
     tampered: list = []
 
@@ -421,13 +534,45 @@ def _import_independent_modules(names, submission_modules) -> None:
         sys.meta_path.remove(blocker)
 
 
+def _refuse_threads() -> None:
+    """No thread can start from here on (one could patch what the tests check between two
+    tamper checks, and put it back): the start functions of `_thread` and `threading` refuse, and
+    nothing keeps the originals. `_imp.create_builtin` is removed once every built-in module is
+    imported, so no fresh `_thread` can be made (`importlib.reload` keeps the same module)."""
+    for name in sys.builtin_module_names:
+        __import__(name)
+
+    def start_new_thread(*args, **kwargs):
+        raise Refused("starting a thread is not allowed while grading; compute in the caller")
+
+    _thread.start_new_thread = _thread.start_new = start_new_thread
+    threading._start_new_thread = start_new_thread
+    del _imp.create_builtin
+
+
+def _refuse_signal_handlers() -> None:
+    """No signal handler can be installed from here on (a handler is given the frame that was
+    running, and the frames lead to the recorder): the recorder keeps the function it took."""
+
+    def refused_signal(*args, **kwargs):
+        raise Refused("installing a signal handler is not allowed while grading")
+
+    signal.signal = _signal.signal = refused_signal
+
+
 def main() -> None:
     spec = json.loads(sys.stdin.read())
     sys.stdin.close()
     write = _signer(bytes.fromhex(spec.pop("key")), spec["result_fd"])
     sys.addaudithook(_policy(spec))
     _import_independent_modules(spec["preload"], spec["submission_modules"])
-    recorder = _recorder(spec, write)
+    _refuse_threads()
+    recorder = _recorder(spec, write)  # takes signal.signal, before it is refused
+    _refuse_signal_handlers()
+    # no bytecode is read from here on: every module is compiled from its source, whose file the
+    # audit hook checks, so `marshal` is refused while the submission runs (a code object
+    # unmarshalled from its bytes could claim any file name)
+    sys.pycache_prefix = os.path.join(spec["work"], ".no-bytecode")
     flush, leave = sys.stdout.flush, os._exit
     write({"kind": "ready"})
     args = ["-q", "-s", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:doctest",

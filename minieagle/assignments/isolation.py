@@ -155,13 +155,16 @@ def run_tests(
         key = secrets.token_bytes(32)
         read_end, write_end = os.pipe()
         stdlib = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")}
+        linked = [str(path) for path in copy.rglob("*") if path.is_symlink()]  # link_data
         spec = {
             "key": key.hex(),
             "result_fd": write_end,
             "copy": str(copy),
             "work": str(work),
             "tests": str(folder),
-            "python_paths": sorted(stdlib | set(_python_paths())),
+            # the child follows symbolic links before it checks a path: the roots are real too
+            "python_paths": sorted({os.path.realpath(p) for p in stdlib | set(_python_paths())}),
+            "linked_data": sorted({os.path.realpath(p) for p in linked}),
             "submission_files": [str(copy / "minieagle" / f) for f in sources],
             "submission_modules": [overlay.module_name(f) for f in sources],
             "preload": _modules_used(tests),
