@@ -362,6 +362,13 @@ def test_the_setting_and_type_are_checked():
         _drafter(calibration=lambda q: q)
     with pytest.raises(InvalidInputError, match="sampled_tree=1 must be True, False or None"):
         _drafter(sampled_tree=1)
+    asked = []  # a map for no tree of this decoding is refused before any sizing is measured
+    open_tree = Eagle2Drafter(TARGET, CONFIG, HEAD, HEAD_CFG, depth=None, top_k=None,
+                              total_tokens=None, calibration=_calibration(), sampled_tree=None,
+                              sizer=asked.append)  # fmt: skip
+    with pytest.raises(InvalidInputError, match="decoding is 'T=1' or 'T=1,sampled'"):
+        _run([1, 3], open_tree, sampled)
+    assert asked == []
 
 
 # ---------------------------------------------------------------------------- the sampled tree

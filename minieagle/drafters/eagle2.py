@@ -163,6 +163,7 @@ class Eagle2Drafter(HeadDrafter):
         (the sizer's, if any), the tree (`tree_sampled`: the sampled_tree option, else the
         sizer's choice, else the sampled tree at T > 0) and the map (`active_calibration`).
         Returns them as plain data, for reports."""
+        self._check_map_setting(sampling)  # before any sizing is measured
         if self.sizer is not None:  # sizes for this sampling setting (minieagle.sizing)
             self.sizing = self.sizer(sampling)
             self.depth, self.top_k = self.sizing.depth, self.sizing.top_k
@@ -183,6 +184,21 @@ class Eagle2Drafter(HeadDrafter):
             "sampled_tree": self.tree_sampled,
             "calibration": None if used is None else used.setting,
         }
+
+    def _check_map_setting(self, sampling: SamplingParams) -> None:
+        """A single map must have been fitted for a setting this decoding can be in (either
+        tree while the tree is still open)."""
+        if self.calibration is None or callable(getattr(self.calibration, "for_setting", None)):
+            return
+        trees = (False, True) if self.sampled_tree is None else (self.sampled_tree,)
+        settings = sorted({setting_name(sampling, sampled_tree=tree) for tree in trees})
+        if self.calibration.setting not in settings:
+            decoding = " or ".join(repr(name) for name in settings)
+            raise InvalidInputError(
+                f"the calibration was fitted for {self.calibration.setting!r} but this "
+                f"decoding is {decoding}; pass the calibration fitted for it (one per "
+                "sampling setting) or none"
+            )
 
     def _calibration_for(self, sampling: SamplingParams):
         """The map to rank by in this decoding: a head's maps give the one for its setting
