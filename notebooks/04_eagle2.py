@@ -657,7 +657,10 @@ def predicted(k, d, n):  # the model's speedup over vanilla of one measured conf
 
 
 ranking = sorted(tau_hat, key=lambda kdn: -predicted(*kdn))  # stable: ties as `choose` breaks them
-assert ranking[0] == (auto.top_k, auto.depth, auto.total_tokens)
+if auto.total_tokens > 1:  # a tree pays here: the sizing chose the best-predicted one
+    assert ranking[0] == (auto.top_k, auto.depth, auto.total_tokens)
+else:  # no tree pays on this machine now (vanilla decoding is the best-predicted choice)
+    assert predicted(*ranking[0]) <= 1.0 + 1e-12
 print(" k  d   N  tau_hat  verify(N)   draft(k,d)  predicted speedup")
 for k, d, n in ranking[:6]:
     print(f"{k:2} {d:2} {n:3}  {tau_hat[k, d, n]:7.2f}  {verify_ms[n]:6.2f} ms  "
