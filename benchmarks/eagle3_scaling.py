@@ -217,7 +217,7 @@ def _read_results(path: Path) -> dict:
     return {"design": "wsd-branches", "points": []}
 
 
-def plot(points: list[dict], path: Path) -> None:
+def plot(points: list[dict], path: Path, xlabel: str = "training tokens (one pass)") -> None:
     """τ at T = 0 against training tokens: one line per head, one panel per prompt set."""
     import matplotlib
 
@@ -233,9 +233,11 @@ def plot(points: list[dict], path: Path) -> None:
                         marker="o", label=name)  # fmt: skip
         ax.set_xscale("log", base=2)
         ticks = sorted({(p["point"], p["tokens"]) for p in points})
-        ax.set_xticks([t for _, t in ticks], [f"{k}x\n{t / 1e6:.1f}M" for k, t in ticks])
+        names = [k if isinstance(k, str) else f"{k}x" for k, _ in ticks]  # 1x, or a share: 1/8
+        ax.set_xticks([t for _, t in ticks], [f"{k}\n{t / 1e6:.1f}M" for k, (_, t) in
+                                              zip(names, ticks, strict=True)])  # fmt: skip
         ax.minorticks_off()
-        ax.set_xlabel("training tokens (one pass)")
+        ax.set_xlabel(xlabel)
         ax.set_title(f"{'held-out' if set_name == 'heldout' else 'out-of-domain'} prompts")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("τ (tokens per target forward, T = 0)")

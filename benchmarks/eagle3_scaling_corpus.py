@@ -57,7 +57,6 @@ from fractions import Fraction
 from pathlib import Path
 
 from eagle3_ablation import (
-    PROMPT_SETS,
     SMOKE,
     apply_smoke,
     bench_prompt_sets,
@@ -113,28 +112,12 @@ def _bench_fraction(params, config, tokenizer, records: dict, label: str, args) 
 
 
 def plot(points: list[dict], path: Path) -> None:
-    """τ at T = 0 against training tokens: one line per head, one panel per prompt set."""
-    import matplotlib
+    """τ at T = 0 against training tokens, drawn as the current experiment draws its points
+    (`eagle3_scaling.plot`), each point named by its share of the corpora."""
+    from eagle3_scaling import plot as plot_points
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(PROMPT_SETS), figsize=(9, 3.6), sharey=True)
-    for ax, set_name in zip(axes, PROMPT_SETS, strict=True):
-        for head, name in HEADS.items():
-            mine = sorted((p for p in points if p["head"] == head), key=lambda p: p["fraction"])
-            tokens = [p["train_tokens"] for p in mine]
-            ax.plot(tokens, [p["tau"]["T=0"][set_name] for p in mine], marker="o", label=name)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("training tokens")
-        ax.set_title(f"{'held-out' if set_name == 'heldout' else 'out-of-domain'} prompts")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("τ (tokens per target forward, T = 0)")
-    axes[0].legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    points = [{**p, "tokens": p["train_tokens"], "point": p["fraction_label"]} for p in points]
+    plot_points(points, path, xlabel="training tokens (share of the corpora)")
 
 
 def format_table(points: list[dict]) -> str:
