@@ -34,8 +34,8 @@ if [ "${1:-}" = snapshot ]; then
     [ -f "$run/state/state.json" ] || continue
     dest=$SNAP/$(basename "$run")
     rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
-    cp -r "$run/state" "$run/eagle_train_config.json" "$dest.tmp/"
-    [ -d "$run/kept" ] && cp -r "$run/kept" "$dest.tmp/"
+    cp -r "$run/state" "$run/eagle_train_config.json" "$dest.tmp/"  # the long run's own state:
+    # its kept states serve branches that finished before it went on (benchmarks/eagle3_scaling.py)
     rm -rf "$dest" && mv "$dest.tmp" "$dest"
     echo "snapshot of $run (step $(python -c "import json,sys; print(json.load(open(sys.argv[1]))['step'])" "$dest/state/state.json")) in $dest"
   done
