@@ -168,10 +168,12 @@ def _train(cfg, progress: bool) -> dict:
     }
 
 
-def train_points(args, head: str, points, on_point) -> None:
+def train_points(args, head: str, points, on_point, measured=frozenset()) -> None:
     """Train `head` at every point (ascending), calling on_point(point, record) as each
     finishes: the largest point's run pauses where each smaller point's decay starts, keeps its
-    state there, and the smaller point branches off and decays."""
+    state there, and the smaller point branches off and decays. A smaller point in `measured`
+    whose branch is not in --out (the long run restored from a snapshot on another machine) is
+    skipped: its result stands in the JSON, and the state it branched from is gone."""
     largest = max(points)
     total = point_steps(largest, args)
     branch_at = {p: point_steps(p, args) - decay_steps(point_steps(p, args), args)
@@ -181,6 +183,9 @@ def train_points(args, head: str, points, on_point) -> None:
         if point != largest:
             label = f"{head}-{point}x"
             cfg = head_run(args, head, label, point_steps(point, args))
+            if not Path(cfg.out_dir).exists() and point in measured:
+                print(f"{label}: measured already (the JSON), its run is not here: skipped")
+                continue
             if not _finished(cfg):
                 paused = head_run(args, head, main_label, total, until=branch_at[point],
                                   keep_states=tuple(branch_at.values()))  # fmt: skip
@@ -360,7 +365,8 @@ def main(argv=None) -> dict:
         print(format_table(results["points"]), flush=True)
 
     for head in heads:
-        train_points(args, head, points, on_point)
+        measured = {p["point"] for p in _read_results(json_path)["points"] if p["head"] == head}
+        train_points(args, head, points, on_point, measured)
     return _read_results(json_path)
 
 

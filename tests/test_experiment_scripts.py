@@ -173,6 +173,17 @@ def test_the_scaling_script_branches_each_point_off_one_run_and_plots(scripts, t
         scaling.main(argv)  # everything reused: nothing trained or benched again
         assert trained_calls["train"] == 14 and calls["bench"] == 16
         assert _head_files(tmp_path / "runs") == heads
+        # on a new machine the long runs come back from a snapshot (their own state only):
+        # the measured smaller points are skipped, not branched from states that are gone
+        import shutil
+
+        for head in ("eagle1", "eagle3"):
+            for point in (1, 2, 4):
+                shutil.rmtree(tmp_path / "runs" / f"{head}-{point}x")
+            shutil.rmtree(tmp_path / "runs" / f"{head}-8x" / "kept")
+        scaling.main(argv)
+        assert trained_calls["train"] == 14 and calls["bench"] == 16
+        assert len(json.loads((tmp_path / "s.json").read_text())["points"]) == 8
     finally:
         scaling.train_eagle_head = real_train
 
