@@ -340,6 +340,9 @@ def _check_provenance(out_dir: Path, record: dict) -> None:
         return
     recorded = json.loads(path.read_text())
     ignore = {"minieagle_version", "target"}  # a moved target with the same weights resumes
+    # no template recorded as null (runs written through the Python API) or "" (the CLI):
+    # both mean the target's own
+    recorded["chat_template"] = recorded.get("chat_template") or ""
     changed = [k for k in record if k not in ignore and recorded.get(k) != record[k]]
     if changed:
         raise InvalidInputError(

@@ -146,6 +146,18 @@ def test_a_run_with_other_settings_is_refused(tmp_path):
         run_distill(_cfg(tmp_path, shards=2, temperature=0.5), progress=False)
 
 
+def test_a_run_recorded_with_a_null_template_resumes(tmp_path):
+    """distill.json written with chat_template null (the Python API's None) and a resume that
+    passes "" (the CLI's "the target's own") are the same setting; another template is not."""
+    run_distill(_cfg(tmp_path, shards=1), progress=False)
+    path = tmp_path / "run" / "distill.json"
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "chat_template": None}))
+    assert run_distill(_cfg(tmp_path, shards=2), progress=False)["shards_written"] == 1
+    with pytest.raises(InvalidInputError, match="chat_template"):
+        run_distill(_cfg(tmp_path, shards=3, chat_template="other.jinja"), progress=False)
+
+
 @pytest.mark.parametrize(
     ("field", "value", "match"),
     [("source", "web", "source"), ("shards", 0, "shards"), ("temperature", -1.0, "temperature"),
