@@ -126,10 +126,18 @@ def wait_for_shards(entries, poll_seconds: float = 60.0) -> None:
         time.sleep(poll_seconds)
 
 
-def head_run(args, head: str, label: str, steps: int, **fields):
-    """The training config of one head run in --out/label, reading the blocks it reaches."""
+def point_label(head: str, point, passes: int = 1) -> str:
+    """The run directory's name (and its bench file's) of a head at a point: "eagle3-4x", or
+    "eagle3-1x-2p" for two passes."""
+    return f"{head}-{point}x" + (f"-{passes}p" if passes > 1 else "")
+
+
+def head_run(args, head: str, label: str, steps: int, reads: int | None = None, **fields):
+    """The training config of one head run in --out/label, reading the blocks it reaches: by
+    its last step, or the first `reads` windows of the pool (read again in later passes)."""
     fields.setdefault("lm_head_init", "target" if head == "eagle3" else "random")
-    reads = (fields.get("until") or steps) * args.batch_size  # windows read by its last step
+    if reads is None:
+        reads = (fields.get("until") or steps) * args.batch_size  # windows read by its last step
     return head_config(
         args, label, head, steps=steps, data="features", features=feature_entries(args, reads),
         order="pass", decay_steps=decay_steps(steps, args), **fields,
@@ -174,6 +182,17 @@ def train_points(args, head: str, points, on_point, measured=frozenset()) -> Non
     state there, and the smaller point branches off and decays. A smaller point in `measured`
     whose branch is not in --out (the long run restored from a snapshot on another machine) is
     skipped: its result stands in the JSON, and the state it branched from is gone."""
+    if args.passes > 1:  # every point its own run over its data, read --passes times
+        for point in sorted(points):
+            label = point_label(head, point, args.passes)
+            one_pass = point_steps(point, args)
+            if not (Path(args.out) / label).exists() and point in measured:
+                print(f"{label}: measured already (the JSON), its run is not here: skipped")
+                continue
+            cfg = head_run(args, head, label, args.passes * one_pass,
+                           reads=one_pass * args.batch_size)  # fmt: skip
+            on_point(point, _train(cfg, progress=not args.smoke))
+        return
     largest = max(points)
     total = point_steps(largest, args)
     branch_at = {p: point_steps(p, args) - decay_steps(point_steps(p, args), args)
@@ -283,6 +302,11 @@ def main(argv=None) -> dict:
         "--points", default="1,2,4,8", help="data points, in units of --unit-tokens"
     )
     parser.add_argument("--unit-tokens", type=int, default=UNIT_TOKENS)
+    parser.add_argument(
+        "--passes", type=int, default=1,
+        help="passes over each point's data (1: one long run, the smaller points branched off "
+        "it; more: each point its own run, --passes times its one-pass steps)",
+    )  # fmt: skip
     parser.add_argument("--decay-fraction", type=float, default=0.1,
                         help="share of each point's steps spent decaying the rate")  # fmt: skip
     parser.add_argument("--json", help="write the results here (default OUT/scaling.json)")
@@ -307,6 +331,8 @@ def main(argv=None) -> dict:
         if head not in HEADS:
             raise InvalidInputError(f"--heads names {head!r}; pass some of {sorted(HEADS)}")
     points = sorted({float(p) if "." in p else int(p) for p in args.points.split(",")})
+    if args.passes < 1:
+        raise InvalidInputError(f"--passes {args.passes} must be at least 1")
     if not 0 < args.decay_fraction < 1:
         raise InvalidInputError(f"--decay-fraction {args.decay_fraction} must lie in (0, 1)")
     if args.planned is None:
@@ -332,13 +358,14 @@ def main(argv=None) -> dict:
     params, config, tokenizer = load_checkpoint(args.model)
 
     def on_point(point, record: dict) -> None:
-        label = f"{record['head']}-{point}x"
+        label = point_label(record["head"], point, args.passes)
         method, factory = head_drafter(params, config, record, args)
         bench = _bench(params, config, tokenizer, label, factory, record, args)
         results = _read_results(json_path)  # another head's process may have written since
         results["points"] = [
-            p for p in results["points"] if (p["head"], p["point"]) != (record["head"], point)
-        ]
+            p for p in results["points"]
+            if (p["head"], p["point"], p.get("passes", 1)) != (record["head"], point, args.passes)
+        ]  # fmt: skip
         steps = record["steps"]
         by_kind = {  # τ per kind of prompt: prose and code, held-out and out of domain
             setting: {
@@ -349,11 +376,13 @@ def main(argv=None) -> dict:
             for setting in bench[PROMPT_SETS[0]]
         }  # fmt: skip
         results["points"].append({
-            "point": point, "tokens": steps * args.batch_size * (args.seq_len + 1),
+            "point": point, "passes": args.passes,
+            "tokens": steps // args.passes * args.batch_size * (args.seq_len + 1),
             "steps": steps, "method": method, **record, **summarise(bench, label),
             "tau_by_kind": by_kind,
         })  # fmt: skip
-        shared = ("model", "features", "planned", "blocks", "unit_tokens", "decay_fraction",
+        shared = ("model", "features", "planned", "blocks", "unit_tokens", "passes",
+                  "decay_fraction",
                   "batch_size", "seq_len", "lr", "warmup_steps", "ttt_steps", "seed", "depth",
                   "top_k", "total_tokens", "prompts_per_kind", "new_tokens", "repeats",
                   "smoke")  # fmt: skip
@@ -365,7 +394,8 @@ def main(argv=None) -> dict:
         print(format_table(results["points"]), flush=True)
 
     for head in heads:
-        measured = {p["point"] for p in _read_results(json_path)["points"] if p["head"] == head}
+        measured = {p["point"] for p in _read_results(json_path)["points"]
+                    if p["head"] == head and p.get("passes", 1) == args.passes}  # fmt: skip
         train_points(args, head, points, on_point, measured)
     return _read_results(json_path)
 

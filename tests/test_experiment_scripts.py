@@ -173,6 +173,25 @@ def test_the_scaling_script_branches_each_point_off_one_run_and_plots(scripts, t
         scaling.main(argv)  # everything reused: nothing trained or benched again
         assert trained_calls["train"] == 14 and calls["bench"] == 16
         assert _head_files(tmp_path / "runs") == heads
+        # --passes 2: each point its own run, over the same data as the one-pass point, twice
+        passes = [*argv, "--passes", "2", "--points", "1,2", "--heads", "eagle3"]
+        passes += ["--json", str(tmp_path / "p.json"), "--plot", str(tmp_path / "p.png")]
+        scaling.main(passes)
+        assert trained_calls["train"] == 16 and calls["bench"] == 20
+        twice = json.loads((tmp_path / "p.json").read_text())["points"]
+        assert [(p["point"], p["passes"], p["steps"]) for p in twice] == [(1, 2, 8), (2, 2, 16)]
+        assert [p["tokens"] for p in twice] == [4 * 2 * 17, 8 * 2 * 17]  # one pass's data
+        for p in twice:
+            config = json.loads((Path(p["run_dir"]) / "eagle_train_config.json").read_text())
+            one_pass = json.loads(
+                (
+                    tmp_path / "runs" / f"eagle3-{p['point']}x" / "eagle_train_config.json"
+                ).read_text()
+            )  # the one-pass point's run reads the same blocks
+            assert Path(p["run_dir"]).name == f"eagle3-{p['point']}x-2p"
+            assert config["features"] == one_pass["features"]
+        with pytest.raises(InvalidInputError, match="--passes 0"):
+            scaling.main([*passes[:-4], "--passes", "0"])
         # on a new machine the long runs come back from a snapshot (their own state only):
         # the measured smaller points are skipped, not branched from states that are gone
         import shutil
@@ -182,7 +201,7 @@ def test_the_scaling_script_branches_each_point_off_one_run_and_plots(scripts, t
                 shutil.rmtree(tmp_path / "runs" / f"{head}-{point}x")
             shutil.rmtree(tmp_path / "runs" / f"{head}-8x" / "kept")
         scaling.main(argv)
-        assert trained_calls["train"] == 14 and calls["bench"] == 16
+        assert trained_calls["train"] == 16 and calls["bench"] == 20
         assert len(json.loads((tmp_path / "s.json").read_text())["points"]) == 8
     finally:
         scaling.train_eagle_head = real_train
@@ -235,3 +254,40 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
     for command in scaling:
         assert "--features" in command and "--planned-shards" in command
         assert set(re.findall(r"--[a-z-]+", command)) <= flags
+
+
+def test_the_tree_depth_script_measures_both_heads_at_each_depth(scripts, tmp_path):
+    """benchmarks/tree_depth.py on the shipped heads, a tiny budget: one row per depth, τ of
+    both heads per prompt set and kind, ratios that are the quotient of the two, every greedy
+    output checked equal to vanilla's; a bad --depths is refused naming it."""
+    depth = importlib.import_module("tree_depth")
+    pretrained = BENCHMARKS.parent / "minieagle" / "pretrained"
+    argv = ["--model", str(pretrained / "small"), "--eagle3", str(pretrained / "small-eagle3"),
+            "--eagle1", str(pretrained / "small-eagle1"), "--depths", "1,3",
+            "--prompts-per-kind", "1", "--new-tokens", "12", "--total-tokens", "8",
+            "--top-k", "3", "--json", str(tmp_path / "d.json")]  # fmt: skip
+    results = depth.main(argv)
+    assert json.loads((tmp_path / "d.json").read_text()) == json.loads(json.dumps(results))
+    rows = results["depths"]
+    assert [r["depth"] for r in rows] == [1, 3]
+    for row in rows:
+        for name in ("heldout", "ood"):
+            e3, e1 = row["eagle3"][name], row["eagle1"][name]
+            assert 1 <= e3["tau"] <= row["levels"] + 1 and 1 <= e1["tau"] <= row["levels"] + 1
+            assert row["ratio"][name]["all"] == pytest.approx(e3["tau"] / e1["tau"])
+            assert set(e3["tau_by_kind"]) == set(e1["tau_by_kind"]) and e3["tau_by_kind"]
+            assert 0 < e3["mean_tree_size"] <= 8
+    with pytest.raises(InvalidInputError, match="--depths '5,x'"):
+        depth.main([*argv[:6], "--depths", "5,x"])
+
+
+def test_the_tree_depth_check_catches_an_output_that_differs_from_vanilla(scripts):
+    """The lossless check in benchmarks/tree_depth.py can fail: a reference that is not
+    vanilla's output is reported."""
+    from minieagle.checkpoint import load_checkpoint
+
+    depth = importlib.import_module("tree_depth")
+    params, config, _ = load_checkpoint(BENCHMARKS.parent / "minieagle" / "pretrained" / "small")
+    prompts = [("prose", [5, 6, 7, 8])]
+    with pytest.raises(AssertionError, match="differs from vanilla"):
+        depth.measure(params, config, prompts, lambda: None, 6, [[1, 2, 3, 4, 5, 6]])
