@@ -82,6 +82,25 @@ for head in eagle3 eagle1; do
   fi
 done
 
+# 2b. What more it would take (the 1.25x of issue 20), measured at the 1x point, both heads:
+#     two passes over its data (the same steps as one pass over 2x), then the target's own text
+#     decoded greedily (T = 0, as the bench decodes) instead of at T = 1: 70 shards, block 0's
+#     share of a 560-shard run, so the 1x point reads corpus + greedy text 1 : 7 as before.
+if ! running "eagle3_scaling.py .* --passes" && ! running "distill --target $T/targets/small --out-dir $T/self-T0" \
+    && ! running "eagle3_scaling.py .* --out $T/scaling-T0"; then
+  nohup nice -n 5 bash -c "
+    python benchmarks/eagle3_scaling.py --model $T/targets/small --features $T/corpus $T/self-T1 \
+      --planned-shards 80 560 --out $T/scaling --heads eagle1,eagle3 --points 1 --passes 2 \
+      --prompts-per-kind 8 --json docs/results/eagle3-passes.json \
+      --plot docs/results/eagle3-passes.png &&
+    minieagle distill --target $T/targets/small --out-dir $T/self-T0 --source corpus \
+      --temperature 0 --shards 70 --keys 2,6,9,final --quiet &&
+    python benchmarks/eagle3_scaling.py --model $T/targets/small --features $T/corpus $T/self-T0 \
+      --planned-shards 80 560 --out $T/scaling-T0 --heads eagle1,eagle3 --points 1 \
+      --prompts-per-kind 8 --json docs/results/eagle3-greedy-data.json \
+      --plot docs/results/eagle3-greedy-data.png" >"$T/levers.log" 2>&1 &
+fi
+
 # 3. SmolLM2: its own answers to chat requests (100 shards of 64 windows of 257 tokens each,
 #    greedy, then sampled at T = 1: about 2M answer tokens), then its EAGLE-3 and EAGLE-1 heads,
 #    one pass over them, warmup-stable-decay.
