@@ -653,6 +653,31 @@ for experiment in ("eagle3-scaling-corpus", "eagle3-scaling"):
         display(Image(filename=str(results_dir / f"{experiment}.png")))
 
 # %% [markdown]
+# The EAGLE-3 paper also raises the tree's depth from 6 to 8 levels at the same node budget: a
+# head whose deep drafts hold up can use levels that EAGLE-1's head rarely reaches.
+# `benchmarks/tree_depth.py` measured both heads of a scaling point at 26 nodes and each depth;
+# this cell plots its files (`tree-depth-*.json`), measuring nothing itself.
+
+# %%
+for path in sorted(results_dir.glob("tree-depth-*.json")):
+    rows = json.loads(path.read_text())["depths"]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
+    for ax, kind in zip(axes, ("heldout", "ood"), strict=True):
+        for name, label in (("eagle3", "EAGLE-3 head"), ("eagle1", "EAGLE-1 head, EAGLE-2 tree")):
+            ax.plot([r["levels"] for r in rows], [r[name][kind]["tau"] for r in rows],
+                    marker="o", label=label)  # fmt: skip
+        ax.set_title(f"{path.stem}: {'held-out' if kind == 'heldout' else 'out-of-domain'}")
+        ax.set_xlabel("draft levels (26 nodes)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("τ at T = 0")
+    axes[0].legend()
+    plt.tight_layout()
+    plt.show()
+    print("EAGLE-3 / EAGLE-2 by levels:", ", ".join(
+        f"{r['levels']}: {r['ratio']['heldout']['all']:.2f} / {r['ratio']['ood']['all']:.2f}"
+        for r in rows))  # fmt: skip
+
+# %% [markdown]
 # ## Exercises
 #
 # Worked answers: `minieagle/assignments/notebook_answers/05_eagle3.md`.
