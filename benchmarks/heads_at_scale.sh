@@ -107,10 +107,13 @@ fi
 if ! running "distill --target $M" && ! running "train eagle. --target $M"; then
   nohup nice -n 5 bash -c "
     [ -d $M ] || minieagle import smollm2 >/dev/null
-    for t in 0 1; do
-      minieagle distill --target $M --out-dir $S/chat-T\$t --source chat --temperature \$t \
-        --shards 100 --shard-windows 64 --batch-size 32 --window-tokens 257 \
-        --prompt-tokens 48 --keys 2,15,27,final --quiet || exit 1
+    for t in 0 1; do  # two processes, one per core, each writing every other shard
+      for w in 1 0; do
+        minieagle distill --target $M --out-dir $S/chat-T\$t --source chat --temperature \$t \
+          --shards 100 --shard-windows 64 --batch-size 32 --window-tokens 257 \
+          --prompt-tokens 48 --keys 2,15,27,final --worker \$w/2 --quiet &
+      done
+      wait -n && wait -n || exit 1
     done
     minieagle train eagle3 --target $M --data features --features $S/chat-T0 $S/chat-T1 \
       --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps 320 --lr 3e-3 \

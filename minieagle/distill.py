@@ -378,13 +378,21 @@ def write_shard(directory: Path, windows, streams, hidden: dict, info: dict) -> 
     os.replace(tmp, directory)
 
 
-def run_distill(cfg: DistillConfig, *, progress: bool = True, target=None) -> dict:
+def run_distill(cfg: DistillConfig, *, progress: bool = True, target=None,
+                worker: tuple[int, int] = (0, 1)) -> dict:  # fmt: skip
     """Write (or extend, or resume) the run `cfg` describes; returns a summary: shards written
     now, tokens sampled, seconds, tokens/s. target: an already loaded (params, config,
-    tokenizer) of cfg.target, to skip loading it again."""
+    tokenizer) of cfg.target, to skip loading it again. worker (k, n): write only the shards
+    i with i % n == k, so that n processes (one per core) share a run; each shard is the same
+    whoever writes it (its generator is seeded by its index)."""
     from minieagle import inference
     from minieagle.checkpoint import load_checkpoint
 
+    k, n = worker
+    if not (isinstance(n, int) and isinstance(k, int) and n >= 1 and 0 <= k < n):
+        raise InvalidInputError(
+            f"worker {k}/{n}: expected K/N with 0 <= K < N, e.g. 0/2 and 1/2 for two processes"
+        )
     out_dir = Path(cfg.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     params, config, tokenizer = target or load_checkpoint(cfg.target, dtype=np.float32)
@@ -402,13 +410,17 @@ def run_distill(cfg: DistillConfig, *, progress: bool = True, target=None) -> di
     prepared = inference.prepare(params, config)
     source = _prompt_source(cfg, tokenizer, out_dir)
     wanted = shards_available(cfg, source)
-    todo = [i for i in range(wanted) if not shard_dir(out_dir, i).is_dir()]
+    mine = [i for i in range(wanted) if i % n == k]
+    todo = [i for i in mine if not shard_dir(out_dir, i).is_dir()]
     per_shard = cfg.shard_windows * cfg.window_tokens
-    bar = tqdm(total=wanted * per_shard, initial=(wanted - len(todo)) * per_shard,
+    bar = tqdm(total=len(mine) * per_shard, initial=(len(mine) - len(todo)) * per_shard,
                disable=not progress, desc=f"distill {out_dir.name}", unit="tok",
                unit_scale=True)  # fmt: skip
-    sampled_total, started = 0, time.perf_counter()
+    sampled_total, started, written = 0, time.perf_counter(), 0
     for index in todo:
+        if shard_dir(out_dir, index).is_dir():  # written meanwhile by another process
+            bar.update(per_shard)
+            continue
         rng = np.random.default_rng([cfg.seed, index])
         prompts, streams = source.shard(index, rng)
         shard_start = time.perf_counter()
@@ -428,21 +440,22 @@ def run_distill(cfg: DistillConfig, *, progress: bool = True, target=None) -> di
         write_shard(shard_dir(out_dir, index), np.concatenate(windows), streams,
                     {k: np.concatenate(v) for k, v in hidden.items()}, info)  # fmt: skip
         sampled_total += sampled
+        written += 1
         bar.set_postfix(sampled_per_s=f"{sampled_total / (time.perf_counter() - started):.0f}")
     bar.close()
     seconds = time.perf_counter() - started
     return {
-        "shards_written": len(todo),
+        "shards_written": written,
         "shards": wanted,
         "tokens_sampled": sampled_total,
-        "tokens_written": len(todo) * per_shard,
+        "tokens_written": written * per_shard,
         "seconds": seconds,
-        "tokens_per_s": len(todo) * per_shard / seconds if todo else 0.0,
+        "tokens_per_s": written * per_shard / seconds if written else 0.0,
     }
 
 
 def _parse_entry(entry: str) -> tuple[Path, slice]:
-    """"DIR" (every complete shard) or "DIR@START:STOP" (shards START .. STOP - 1)."""
+    """ "DIR" (every complete shard) or "DIR@START:STOP" (shards START .. STOP - 1)."""
     directory, _, span = str(entry).partition("@")
     if not span:
         return Path(directory), slice(None)

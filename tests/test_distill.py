@@ -146,6 +146,49 @@ def test_a_run_with_other_settings_is_refused(tmp_path):
         run_distill(_cfg(tmp_path, shards=2, temperature=0.5), progress=False)
 
 
+def test_workers_sharing_a_run_write_what_one_process_writes(tmp_path):
+    """Two workers (0/2, 1/2) each write every other shard; together, the same bytes as one
+    process; a worker outside 0..N-1 is refused naming it."""
+    run_distill(_cfg(tmp_path, "one"), progress=False)
+    even = run_distill(_cfg(tmp_path, "two"), progress=False, worker=(0, 2))
+    assert even["shards_written"] == 2  # shards 0 and 2 of 3
+    assert sorted(p.name for p in (tmp_path / "two").glob("shard-*")) == [
+        "shard-00000",
+        "shard-00002",
+    ]
+    assert run_distill(_cfg(tmp_path, "two"), progress=False, worker=(1, 2))["shards_written"] == 1
+    assert _shard_bytes(tmp_path / "one") == _shard_bytes(tmp_path / "two")
+    with pytest.raises(InvalidInputError, match="worker 2/2"):
+        run_distill(_cfg(tmp_path, "two"), progress=False, worker=(2, 2))
+    from minieagle.cli import build_parser
+
+    args = ["distill", "--out-dir", str(tmp_path), "--worker"]
+    assert build_parser().parse_args([*args, "1/2"]).worker == (1, 2)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*args, "2/2"])
+
+
+def test_a_shard_another_process_wrote_meanwhile_is_skipped(tmp_path, monkeypatch):
+    """A shard that appears while the run works on an earlier one (another process wrote it)
+    is not decoded again: the run goes on to the next."""
+    import shutil
+
+    from minieagle import distill
+
+    run_distill(_cfg(tmp_path, "other"), progress=False)
+    real_write = distill.write_shard
+
+    def write_and_another_appears(directory, *args):
+        real_write(directory, *args)
+        if directory.name == "shard-00000":
+            shutil.copytree(tmp_path / "other" / "shard-00001", tmp_path / "run" / "shard-00001")
+
+    monkeypatch.setattr(distill, "write_shard", write_and_another_appears)
+    summary = run_distill(_cfg(tmp_path), progress=False)
+    assert summary["shards_written"] == 2  # shards 0 and 2; shard 1 came from elsewhere
+    assert _shard_bytes(tmp_path / "run") == _shard_bytes(tmp_path / "other")
+
+
 def test_a_run_recorded_with_a_null_template_resumes(tmp_path):
     """distill.json written with chat_template null (the Python API's None) and a resume that
     passes "" (the CLI's "the target's own") are the same setting; another template is not."""

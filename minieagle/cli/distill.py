@@ -26,9 +26,20 @@ def cmd_distill(args) -> int:
         seed=args.seed,
         chat_template=args.template or "",
     )
-    summary = run_distill(cfg, progress=not args.quiet)
+    summary = run_distill(cfg, progress=not args.quiet, worker=args.worker)
     print(json.dumps(summary, indent=2))
     return 0
+
+
+def _worker(text: str) -> tuple[int, int]:
+    import argparse
+
+    k, _, n = text.partition("/")
+    if not (k.isdigit() and n.isdigit() and int(k) < int(n)):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected K/N with 0 <= K < N, e.g. 0/2 and 1/2 for two processes"
+        )
+    return int(k), int(n)
 
 
 def add_parser(sub) -> None:
@@ -101,5 +112,12 @@ def add_parser(sub) -> None:
     )
     p.add_argument("--seed", type=integer(0, "a seed such as 0"), default=0)
     p.add_argument("--template", help="--source chat: a chat template file (default the target's)")
+    p.add_argument(
+        "--worker",
+        type=_worker,
+        default=(0, 1),
+        metavar="K/N",
+        help="write only shards i with i %% N == K: N processes (one per core) share the run (0/1)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_distill)
