@@ -9,11 +9,13 @@ the hidden tests and answers, or by ending or hanging the grading process; and b
 sandbox's checks: a thread that patches the checkers between two tamper checks, a C extension or
 a `.pth` or `sitecustomize.py` written to the work folder, code made from a string (whose frames
 are nobody's), frames walked to the recorder's signer, a symbolic link out of the work folder, and
-files handed in beside the submission or as links. The grader runs every submission in a
-sandboxed process of its own (minieagle/assignments/isolation.py), so each must score 0, and a
-submission that stops the grading must get a report that says why. Where a cheat is blocked by the
-sandbox, a control shows that the same code does work outside it. docs/assignments.md has the
-threat model.
+files handed in beside the submission or as links; and pytest's Config reached from module
+globals, whose recorder signs a pass for every test. The grader runs the tests in a process of
+their own and every submission in a sandboxed one that only answers calls
+(minieagle/assignments/isolation.py), so each must score 0, and a submission that stops the
+grading must get a report that says why. Where a cheat is blocked by the sandbox or by the split
+into processes, a control shows that the same code does work outside it. docs/assignments.md has
+the threat model.
 """
 
 # ruff: noqa: E501 (the cheats are source text, written as a student would)
@@ -181,23 +183,40 @@ PyMODINIT_FUNC PyInit__fast_verify(void) { return PyModule_Create(&module); }
 """
 EXTENSION_CHEAT = "a C extension written to the work folder and loaded"
 
-# Open (docs/assignments.md, "Not defended"): pytest's Config is in module globals, its plugin
-# manager holds the recorder, and the recorder's closure holds the signer.
+# pytest's Config is in module globals, its plugin manager holds the plugin that records the
+# outcomes, and that plugin's closure holds its signer: a forger registered there signs a pass for
+# every test. It worked while the tests ran in the submission's process (the test below shows it
+# does where they do); they no longer do, so there is nothing to find.
 CONFIG_ROUTE = "pytest's Config from module globals, the recorder's signer from its closure"
 CONFIG_FORGE = """
-import os, sys, pytest
-_config = next(f.config for f in sys.meta_path if hasattr(f, "config"))
-_recorder = next(p for p in _config.pluginmanager.get_plugins() if getattr(p, "__name__", "") == "grading_recorder")
-_write = next(c.cell_contents for c in _recorder.pytest_runtest_protocol.__closure__ if getattr(c.cell_contents, "__name__", "") == "write")
-class _Forger:
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtestloop(self, session):
-        for item in session.items:
-            _write({"kind": "start", "test": item.nodeid})
-            _write({"kind": "outcome", "test": item.nodeid, "passed": True, "message": ""})
-        _write({"kind": "done", "exit": 0})
-        os._exit(0)
-_config.pluginmanager.register(_Forger(), "forger")
+import os, sys
+
+def _find_config():
+    for _finder in sys.meta_path:  # the assertion-rewriting hook
+        if hasattr(_finder, "config"):
+            return _finder.config
+    _util = sys.modules.get("_pytest.assertion.util")
+    if getattr(_util, "_config", None) is not None:
+        return _util._config
+    _debugging = sys.modules.get("_pytest.debugging")
+    return getattr(getattr(_debugging, "pytestPDB", None), "_config", None)
+
+_config = _find_config()
+if _config is not None:
+    import pytest
+    _recorder = next(p for p in _config.pluginmanager.get_plugins() if getattr(p, "__name__", "") == "grading_recorder")
+    _write = next(c.cell_contents for c in _recorder.pytest_runtest_protocol.__closure__ if getattr(c.cell_contents, "__name__", "") == "write")
+
+    class _Forger:
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_runtestloop(self, session):
+            for item in session.items:
+                _write({"kind": "start", "test": item.nodeid})
+                _write({"kind": "outcome", "test": item.nodeid, "passed": True, "message": ""})
+            _write({"kind": "done", "exit": 0})
+            os._exit(0)
+
+    _config.pluginmanager.register(_Forger(), "forger")
 """
 
 CHEATS = {
@@ -390,6 +409,7 @@ def _later():
 threading.Thread(target=_later, daemon=True).start()
 """,
     **FORGES,
+    CONFIG_ROUTE: CONFIG_FORGE,
     "every way to start a thread that patches the checkers between two checks": THREADS,
     "a symbolic link out of the work folder, to the instructor's copy": SYMLINK,
     "os._exit(0) at import": "\nimport os\nos._exit(0)\n",
@@ -449,7 +469,7 @@ def _needs_extension() -> str:
 @functools.cache
 def _reports() -> dict[str, grader.Report]:
     """Every cheat graded, two at a time (each is its own sandboxed process)."""
-    cheats = {**CHEATS, CONFIG_ROUTE: CONFIG_FORGE}
+    cheats = dict(CHEATS)
     if _extension_cheat() is not None:
         cheats[EXTENSION_CHEAT] = _extension_cheat()
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -516,11 +536,61 @@ def test_the_reference_routes_are_real_outside_the_sandbox(cheat, tmp_path):
     _works_outside(_stub() + CHEATS[cheat], tmp_path)
 
 
-@pytest.mark.xfail(strict=True, reason="open: docs/assignments.md, 'Not defended'")
-def test_the_recorder_reached_through_pytests_config_scores_nothing():
-    """Known open: when this passes, the route is closed; move it into CHEATS."""
+# The plugin of the design before: the submission was imported into the process that ran the tests,
+# and this recorder (a module object in no sys.modules, its signer in its closure) wrote the verdicts.
+_RECORDER_IN_THE_SAME_PROCESS = """
+import json, sys, types, pytest
+from _pytest.runner import runtestprotocol
+
+def _recorder(write):
+    def pytest_runtest_protocol(item, nextitem):
+        reports = runtestprotocol(item, nextitem=nextitem, log=False)
+        write({"kind": "outcome", "test": item.nodeid, "passed": all(r.passed for r in reports)})
+        return True
+    plugin = types.ModuleType("grading_recorder")
+    plugin.pytest_runtest_protocol = pytest_runtest_protocol
+    return plugin
+
+def write(record):
+    print("RECORD", json.dumps(record), flush=True)
+
+pytest.main(["-q", "-p", "no:cacheprovider", "test_cheat.py"], plugins=[_recorder(write)])
+"""
+
+
+@pytest.mark.parametrize("cheat", [False, True], ids=["the stub", "the stub and the forge"])
+def test_the_config_route_forges_every_verdict_where_the_submission_runs_beside_the_tests(
+    cheat, tmp_path
+):
+    """The negative control of CONFIG_ROUTE: where the tests run in the submission's process and
+    a plugin there records the verdicts (the grader's design before), the forge turns the stub's
+    failures into passes: every verdict the submission's process reports can be forged. The
+    grader now decides them in a process the submission never runs in (it scores 0 above)."""
+    (tmp_path / "cheat.py").write_text(_stub() + (CONFIG_FORGE if cheat else ""), encoding="utf-8")
+    (tmp_path / "test_cheat.py").write_text(
+        "import numpy as np\nfrom cheat import acceptance_probability\n"
+        "def test_deterministic():\n"
+        "    assert acceptance_probability(np.array([0.5, 0.5]), None, 0) == 0.5\n"
+        "def test_sampled():\n"
+        "    assert acceptance_probability(np.array([0.5, 0.5]), np.array([0.25, 0.75]), 1) > 0.6\n",
+        encoding="utf-8",
+    )
+    run = subprocess.run([sys.executable, "-c", _RECORDER_IN_THE_SAME_PROCESS], cwd=tmp_path,
+                         capture_output=True, text=True,
+                         env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})  # fmt: skip
+    records = [line for line in run.stdout.splitlines() if line.startswith("RECORD")]
+    outcomes = [line for line in records if '"kind": "outcome"' in line]
+    passed = [line for line in outcomes if '"passed": true' in line]
+    assert len(outcomes) == 2, run.stdout + run.stderr[-2000:]
+    assert len(passed) == (2 if cheat else 0), run.stdout + run.stderr[-2000:]
+
+
+def test_the_config_route_finds_no_config_where_the_submission_runs_now():
+    """In the submission's process there is no pytest to find: the forge defines nothing and the
+    stub fails every test (it imports; grading does not stop)."""
     report = _reports()[CONFIG_ROUTE]
-    assert report.score == 0, report.text()
+    assert report.problem is None and report.score == 0, report.text()
+    assert all("NotImplementedError" in r["message"] for r in report.results), report.text()
 
 
 def test_the_extension_cheat_scores_nothing(tmp_path):
@@ -645,7 +715,7 @@ def test_no_cheat_leaks_the_hidden_tests_or_the_answers():
     [
         ("os._exit(0) at import", "exit code 0"),
         ("sys.exit(0) at import", "SystemExit"),
-        ("records forged on the grader's channel", "not signed"),
+        ("records forged on the grader's channel", "not a reply"),
     ],
 )
 def test_a_submission_that_stops_the_grading_gets_the_reason(cheat, cause):
@@ -671,17 +741,19 @@ def test_a_loop_at_import_is_stopped_by_the_collection_limit(monkeypatch):
     assert report.score == 0 and "took over 20 s" in (report.problem or ""), report.text()
 
 
-def test_a_loop_in_a_test_with_its_alarm_ignored_is_stopped_by_the_grader(monkeypatch):
-    """The child times each test with SIGALRM; a submission that blocks the signal (installing a
-    handler is refused) and loops is stopped by the grading process, which names the test."""
+def test_a_loop_in_a_test_with_its_alarm_blocked_is_stopped_and_the_rest_still_graded(monkeypatch):
+    """The test process times the submission's share of each test; a submission that blocks
+    SIGALRM and loops in acceptance_probability is stopped in each test that calls it (that test
+    fails, naming the limit), and every other test still runs against a fresh process."""
     monkeypatch.setenv("MINIEAGLE_TEST_SECONDS", "1")
-    monkeypatch.setattr(isolation, "_MARGIN_SECONDS", 2)
     loop = (
         "\n    import signal\n    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n"
         "    while True:\n        pass\n"
     )
     source = _stub().replace('    """min(1, p(x) / q(x)); q = None means', loop + '    """', 1)
     report = grader.grade_sources(NAME, {"verify.py": source})
-    assert report.score == 0 and "ran over its time limit" in (report.problem or ""), report.text()
-    stopped = [r for r in report.results if "ran over 1 s" in r["message"]]
-    assert len(stopped) == 1, report.text()
+    assert report.score == 0 and report.problem is None, report.text()
+    stopped = [r for r in report.results if "ran over 1 s and was stopped" in r["message"]]
+    graded = [r for r in report.results if "NotImplementedError" in r["message"]]
+    assert stopped and graded and len(stopped) + len(graded) == len(report.results), report.text()
+    assert report.results[-1] in graded, report.text()  # the tests after the loops ran

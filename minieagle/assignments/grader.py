@@ -13,8 +13,8 @@ Each assignment is a folder next to this file, `minieagle/assignments/<name>/`, 
 A student folder (`make`) holds README.md (the handout), ANSWERS.md (a template for the written
 questions), `submission/` (the assignment's files with its regions stubbed), `test_public.py`, and
 a conftest.py that makes `import minieagle.<module>` load the files in `submission/`. `grade` runs
-the public and hidden tests against a submission in a sandboxed process of its own
-(`isolation.py`); the result is a `Report` with a score per test.
+the public and hidden tests in a process of their own, each graded function forwarded to the
+submission in a sandboxed one (`isolation.py`); the result is a `Report` with a score per test.
 """
 
 from __future__ import annotations
@@ -245,8 +245,9 @@ def test_sources(name: str) -> dict[str, str]:
 
 
 def grade_sources(name: str, sources: dict[str, str]) -> Report:
-    """Grade {file: source} (the assignment's files, package-relative) on all its tests, in a
-    sandboxed process of its own (see isolation.py); the points are decided here."""
+    """Grade {file: source} (the assignment's files, package-relative) on all its tests, the
+    submission in a sandboxed process of its own (see isolation.py); the points are decided
+    here."""
     assignment = get(name)
     missing = sorted(set(assignment.files) - set(sources))
     if missing:

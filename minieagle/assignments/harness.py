@@ -1,35 +1,33 @@
-"""The grading child: runs an assignment's tests against a submission and reports raw outcomes.
+"""The submission's process: imports a submission in a sandbox and runs its functions on request.
 
-`isolation.run_tests` starts this module in a fresh interpreter (`python -I -S`, an explicit
+The tests do not run here. `runner.py` runs them in a trusted process that never imports the
+submission, with each graded function replaced by a forwarder; this process is where the
+forwarded calls land. `runner.py` starts it in a fresh interpreter (`python -I -S`, an explicit
 `sys.path` holding only a student edition of the package with the submission in place and the
 dependencies) and writes a JSON spec to its standard input. Before anything of the submission is
 imported, `main`:
 
-1. reads the spec (the tests folder, the submission's files, the key that signs each record, the
-   file descriptor of the result pipe) and closes standard input;
+1. reads the spec (the grading copy, the work folder, the submission's files and modules, the
+   file descriptor replies go to);
 2. installs an audit hook (PEP 578) that refuses, from then on, to open a file outside the
-   grading copy, the work folder and the Python installation (never the instructor's copy; links
-   followed first), to change a file outside the work folder, to load code from the work folder
-   or an extension module from outside the installation, and refuses to the submission's code
-   (its files, and any code not from a file of the copy, the tests or the installation)
+   grading copy, the work folder and the Python installation (never the instructor's copy or the
+   tests; links followed first), to change a file outside the work folder, to load code from the
+   work folder or an extension module from outside the installation, and refuses to the
+   submission's code (its files, and any code not from a file of the copy or the installation)
    introspection and escape routes: frames, `gc`, `exec`, `compile` and `marshal`, `ctypes`,
-   processes, signals to others, tracing, new audit hooks, reading the tests;
-3. imports the library modules the tests check with and takes a snapshot of them; then disables
+   processes, signals to others, tracing, new audit hooks;
+3. imports the library modules the tests use and takes a snapshot of them; then disables
    starting threads and installing signal handlers, and stops reading bytecode;
-4. runs pytest with a recorder plugin that times each test, checks the snapshot after it, and
-   writes one signed JSON line per event to the result pipe; then leaves with `os._exit`, so no
-   `atexit` handler runs.
+4. imports the submission's modules and says whether that worked (the exception if not);
+5. serves the test process's requests (`remote.py`): call a graded function with these
+   arguments, read or call something of an object it returned; and at the end of each test,
+   checks the snapshot and forgets every object handed out.
 
-**Everything this module runs after the submission is imported is captured before**: the audit
-hook, the recorder, the snapshot check and the signer are closures over functions taken when
-`main` starts (C functions, such as `hashlib.sha256`, `os.write` and the C JSON encoder, and
-builtins), and the recorder is a module object that is in no `sys.modules`. A submission
-that replaces a module attribute (`harness._run`, `hmac.new`, `json.dumps`, `os.path.abspath`,
-`builtins.any`) changes nothing these closures call; the snapshot then reports the change.
-
-The points, the verdicts and the report are decided by the grading process (`isolation.py`), from
-the records it can verify; this process only says what happened. docs/assignments.md has the
-threat model: what this defends and what it does not.
+Nothing here decides a verdict: it only computes values, which cross as plain data or handles
+(`remote.py`), and the test process checks them. The sandbox is a defence in depth: it keeps the
+instructor's copy, the reference and the hidden tests out of reach and stops the submission from
+hiding its work (threads, frames), but a submission that escaped it would still only control
+the values its functions return. docs/assignments.md has the threat model.
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ import _imp
 import _signal
 import _thread
 import ast
-import hashlib
+import importlib
 import importlib.util
 import json
 import os
@@ -48,8 +46,7 @@ import sys
 import threading
 import types
 
-import pytest  # before the submission, like everything this module uses
-from _pytest.runner import call_and_report
+from minieagle.assignments import remote
 
 _READ_ONLY_DEVICES = ("/dev/null", "/dev/urandom", "/proc/cpuinfo", "/proc/meminfo")
 # refused to the submission's own call (the library does them legitimately: dataclasses exec,
@@ -76,13 +73,9 @@ _CHANGES = (
 )  # fmt: skip
 _LISTINGS = ("os.listdir", "os.scandir")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-# what the tests and the recorder run on (pytest's modules that keep no per-test state)
-_WATCHED_PREFIXES = ("numpy", "minieagle", "pytest", "pluggy", "hashlib", "json")
-_WATCHED_MODULES = (
-    "builtins", "math", "operator", "functools", "os", "posixpath", "_pytest.python",
-    "_pytest.python_api", "_pytest.runner", "_pytest.reports", "_pytest.nodes", "_pytest.main",
-    "_pytest.fixtures", "_pytest.outcomes", "_pytest.monkeypatch", "_pytest.raises",
-)  # fmt: skip
+# what the library and the channel run on here (a changed attribute fails the tests after it)
+_WATCHED_PREFIXES = ("numpy", "minieagle", "json")
+_WATCHED_MODULES = ("builtins", "math", "operator", "functools", "os", "posixpath", "select")
 
 
 class Refused(PermissionError):
@@ -106,7 +99,7 @@ def _policy(spec: dict):
         frozenset(_LISTINGS),
     )  # fmt: skip
     devices, write_flags = frozenset(_READ_ONLY_DEVICES), _WRITE_FLAGS
-    copy, work, tests = spec["copy"], spec["work"], spec["tests"]
+    copy, work = spec["copy"], spec["work"]
     python, linked = tuple(spec["python_paths"]), frozenset(spec["linked_data"])
     frame_attributes, refused_extensions = _FRAME_ATTRIBUTES, _REFUSED_EXTENSIONS
     frame_readers = frozenset(
@@ -171,7 +164,7 @@ def _policy(spec: dict):
 
     def untrusted(filename: str) -> bool:
         """Code of the submission: its files, and any code not from a file of the grading copy,
-        the tests or the Python installation (made from a string by `typing`, `timeit` or a
+        or the Python installation (made from a string by `typing`, `timeit` or a
         `.pth`, say, for the submission). Remembered per file name."""
         verdict = known.get(filename)
         if verdict is None:
@@ -181,7 +174,7 @@ def _policy(spec: dict):
                 verdict = False
             else:
                 path = resolved(filename)
-                verdict = not (under(path, copy) or under(path, tests) or in_python(path))
+                verdict = not (under(path, copy) or in_python(path))
             known[filename] = verdict
         return verdict
 
@@ -206,15 +199,13 @@ def _policy(spec: dict):
         return False
 
     def readable(path: str) -> bool:
-        if under(path, copy) or under(path, work) or under(path, tests) or path in devices:
+        if under(path, copy) or under(path, work) or path in devices:
             return True
         return path in linked or in_python(path)
 
     def read(path: str) -> None:
         if not readable(path) or path.endswith(".pth"):  # a .pth runs its lines (site.py)
             raise refused(f"reading {path} is not allowed while grading")
-        if under(path, tests) and from_submission(anywhere=True):
-            raise refused("a submission may not read the grader's tests")
         if under(path, work) and (
             caller_file(4).startswith("<frozen ")  # importlib or zipimport loading code
             or (from_submission(True, 4) and not from_submission(False, 4))
@@ -295,33 +286,6 @@ def _policy(spec: dict):
             inside[0] = False
 
     return hook
-
-
-def _signer(key: bytes, fd: int):
-    """write(record): one line `{"body": JSON, "mac": HMAC-SHA256 of the body}` on `fd`, each
-    record numbered in order (`seq`). Built from C functions taken now: the key never passes
-    through code a submission can replace, and neither does the body it signs."""
-    sha256, os_write, join = hashlib.sha256, os.write, "".join
-    encode = json.encoder.c_make_encoder(
-        None, _unserialisable, json.encoder.encode_basestring_ascii, None, ": ", ", ", True,
-        False, True,
-    )  # fmt: skip
-    block = key + b"\0" * (64 - len(key))  # HMAC (RFC 2104) with SHA-256's 64-byte block
-    inner, outer = bytes(b ^ 0x36 for b in block), bytes(b ^ 0x5C for b in block)
-    count = [0]
-
-    def write(record: dict) -> None:
-        record["seq"] = count[0]
-        count[0] += 1
-        body = join(encode(record, 0))
-        mac = sha256(outer + sha256(inner + body.encode()).digest()).hexdigest()
-        os_write(fd, join(encode({"body": body, "mac": mac}, 0)).encode() + b"\n")
-
-    return write
-
-
-def _unserialisable(value):
-    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def _checker(exclude, files):
@@ -407,100 +371,6 @@ def _checker(exclude, files):
     return take, check
 
 
-def _recorder(spec: dict, write):
-    """The pytest plugin of the grading child (a module object of closures, in no sys.modules:
-    nothing a submission can reach or replace): registers the points marker, reports collection
-    errors, runs each test itself under a time limit, checks the snapshot after it, and writes
-    the records."""
-    take, check = _checker(spec["submission_modules"], spec["submission_files"])
-    seconds, set_handler, alarm, run = int(spec["test_seconds"]), _signal.signal, signal.alarm, _run
-    SIGALRM, str_, bool_ = signal.SIGALRM, str, bool
-    tampered: list = []
-
-    def note_tampering() -> None:
-        if not tampered:
-            tampered.extend(check())
-
-    def pytest_configure(config):
-        config.addinivalue_line("markers", "points(n): what the test is worth (default 1)")
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_collection(session):
-        take()  # configured, and nothing of the submission imported yet
-
-    def pytest_collectreport(report):
-        if report.failed:
-            write({"kind": "collect_error", "where": report.nodeid,
-                   "message": str_(report.longrepr)[-4000:]})  # fmt: skip
-
-    def pytest_collection_finish(session):
-        note_tampering()
-        take()  # modules imported during collection join the snapshot
-        write({"kind": "collected", "tests": [item.nodeid for item in session.items]})
-
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_protocol(item, nextitem):
-        """Runs the test instead of pytest's own protocol (so no other plugin reports it)."""
-        write({"kind": "start", "test": item.nodeid})
-
-        def expired(signum, frame):
-            raise TimeoutError(f"ran over {seconds} s: an endless loop, or far too much work?")
-
-        set_handler(SIGALRM, expired)
-        alarm(seconds)
-        try:
-            passed, message = run(item, nextitem)
-        finally:
-            alarm(0)
-        note_tampering()
-        if tampered:
-            passed, message = False, ("the submission replaced what the tests check with: "
-                                      f"{', '.join(tampered[:5])}; graded 0")  # fmt: skip
-        write({"kind": "outcome", "test": item.nodeid, "passed": bool_(passed),
-               "message": str_(message)})  # fmt: skip
-        return True  # the default protocol does not run the test again
-
-    plugin = types.ModuleType("grading_recorder")  # not in sys.modules: reachable by nobody
-    plugin.pytest_configure = pytest_configure
-    plugin.pytest_collection = pytest_collection
-    plugin.pytest_collectreport = pytest_collectreport
-    plugin.pytest_collection_finish = pytest_collection_finish
-    plugin.pytest_runtest_protocol = pytest_runtest_protocol
-    return plugin
-
-
-def _make_runner():
-    """run(item, nextitem) -> (passed, the first line of why not): setup, call (after a setup that
-    passed) and teardown, as pytest runs them; `call_and_report` taken now."""
-    call, reason = call_and_report, _reason
-
-    def run(item, nextitem):
-        passed, message = True, ""
-        for when in ("setup", "call", "teardown"):
-            if when == "call" and not passed:
-                continue
-            extra = {"nextitem": nextitem} if when == "teardown" else {}
-            report = call(item, when, log=False, **extra)
-            if passed and (report.failed or report.skipped):
-                passed, message = False, reason(report) if report.failed else "skipped"
-        return passed, message
-
-    return run
-
-
-def _reason(report) -> str:
-    crash = getattr(report.longrepr, "reprcrash", None)
-    text = crash.message if crash is not None else str(report.longrepr)
-    # "AssertionError: the message\nassert ..." -> "the message"; keep other exception names
-    text = text.split("\nassert ")[0].strip()
-    if text.startswith("AssertionError: "):
-        text = text[len("AssertionError: ") :]
-    return text
-
-
-_run = _make_runner()
-
-
 class _Blocker:
     """A finder that refuses the submission's modules: see `_import_independent_modules`."""
 
@@ -518,7 +388,6 @@ def _import_independent_modules(names, submission_modules) -> None:
     the submission, before the submission: they enter the snapshot untouched, so a submission
     that replaces one of their functions (a checker, `numpy.allclose`) is caught."""
     import numpy  # noqa: F401
-    from _pytest import python, reports  # noqa: F401
 
     blocker = _Blocker(submission_modules)
     sys.meta_path.insert(0, blocker)
@@ -560,25 +429,84 @@ def _refuse_signal_handlers() -> None:
     signal.signal = _signal.signal = refused_signal
 
 
+def _read_spec(fd: int) -> dict:
+    """The spec: 8 bytes of length, then JSON, read from `fd` with nothing read past it (the
+    requests follow on the same descriptor)."""
+    data = b""
+    while len(data) < 8:
+        chunk = os.read(fd, 8 - len(data))
+        if not chunk:
+            raise SystemExit("no spec on standard input")
+        data += chunk
+    length, data = int.from_bytes(data, "big"), b""
+    while len(data) < length:
+        chunk = os.read(fd, length - len(data))
+        if not chunk:
+            raise SystemExit("the spec on standard input was cut short")
+        data += chunk
+    return json.loads(data)
+
+
+def _server(spec: dict, check):
+    """The connection that serves the test process: calls of the graded functions (by module
+    and qualified name, in the submission's modules only) and, at each test's end ("reset"), the
+    snapshot check."""
+    modules = frozenset(spec["submission_modules"])
+    getattr_, import_module = getattr, importlib.import_module
+
+    def call(target, args, kwargs):
+        module_name, qualname = target
+        if module_name not in modules:
+            raise remote.ProtocolError(f"{module_name} is not a module of the submission")
+        found = import_module(module_name)
+        for part in qualname.split("."):
+            try:
+                found = getattr_(found, part)
+            except AttributeError:
+                raise AttributeError(
+                    f"the submission's {module_name} has no {qualname}; keep the functions' "
+                    "names and signatures as the handout gives them"
+                ) from None
+        return found(*args, **kwargs)
+
+    connection = remote.Connection(0, spec["reply_fd"], serve_call=call)
+    connection.on_reset = check
+    return connection
+
+
 def main() -> None:
-    spec = json.loads(sys.stdin.read())
-    sys.stdin.close()
-    write = _signer(bytes.fromhex(spec.pop("key")), spec["result_fd"])
+    spec = _read_spec(0)
+    sys.stdin = None  # fd 0 carries the requests; nothing else reads it
     sys.addaudithook(_policy(spec))
     _import_independent_modules(spec["preload"], spec["submission_modules"])
     _refuse_threads()
-    recorder = _recorder(spec, write)  # takes signal.signal, before it is refused
+    take, check = _checker(spec["submission_modules"], spec["submission_files"])
+    take()  # nothing of the submission imported yet
     _refuse_signal_handlers()
     # no bytecode is read from here on: every module is compiled from its source, whose file the
     # audit hook checks, so `marshal` is refused while the submission runs (a code object
     # unmarshalled from its bytes could claim any file name)
     sys.pycache_prefix = os.path.join(spec["work"], ".no-bytecode")
     flush, leave = sys.stdout.flush, os._exit
-    write({"kind": "ready"})
-    args = ["-q", "-s", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:doctest",
-            "-c", os.path.join(spec["tests"], "pytest.ini"), spec["tests"]]  # fmt: skip
-    code = pytest.main(args, plugins=[recorder])
-    write({"kind": "done", "exit": int(code)})
+    connection = _server(spec, check)
+    try:
+        for name in spec["submission_modules"]:
+            importlib.import_module(name)
+    except BaseException as error:  # noqa: BLE001 - whatever stops the import is reported
+        connection.send({"kind": "import_error", "message": f"{type(error).__name__}: {error}"})
+        flush()
+        leave(0)
+    tampered = check()
+    take()  # modules the submission imported join the snapshot
+    connection.send({"kind": "ready", "message": ", ".join(tampered)})
+    try:
+        while True:
+            message = connection.receive()
+            if message.get("kind") != "request":
+                break
+            connection.serve(message)
+    except remote.Stopped:  # the test process closed the channel: grading is over
+        pass
     flush()
     leave(0)
 

@@ -1,28 +1,33 @@
-"""Run an assignment's tests against a submission in a process of its own, and read what happened.
+"""Grade a submission in processes of its own, and read what happened.
 
-The grading process (this module) trusts nothing the submission's process could write:
+Three processes take part; the verdicts are decided where no code of the submission runs:
 
-- the submission is checked for syntax here, without running it, so a syntax error is reported
-  with its file and line;
-- it runs in a fresh interpreter (`python -I -S`: no user site, no `.pth` hooks, no PYTHONPATH)
-  whose `sys.path` holds a **grading copy** of the package — the student edition of this one
-  assignment with the submitted files in place, built here in a temporary folder — and the
-  dependencies' site-packages without minieagle's own install: the reference of a graded region
-  exists neither on that path nor in that folder, and the child's audit hook refuses to read the
-  instructor's copy (see `harness.py`);
-- its environment is minimal (no instructor paths, HOME and TMPDIR in its own work folder);
-- the child reports raw per-test outcomes as lines signed with a key it reads from its standard
-  input before the submission is imported; the points and the list of tests come from a
-  collection of the tests run here, in the instructor's environment (`expected_tests`), so a
-  child cannot add a test, change a test's points or pass a test it did not report;
-- import-and-collection and each test run under time limits kept here: a child that loops, exits
-  (`sys.exit`, `os._exit`) or crashes is stopped, and the report says which test (or the import)
-  it was in and why.
+- the **grading process** (this module) checks the submission's syntax without running it (a
+  syntax error is reported with its file and line), builds two copies of the package in a
+  temporary folder — the student edition of this one assignment (its regions stubbed; cached
+  per assignment) and the **grading copy**, the same with the submitted files in place — and
+  starts the test process. It collects the tests itself, in the instructor's environment
+  (`expected_tests`), so the list of tests, their order and their points never come from a
+  process that grades; it reads the test process's records, signed with a key only the two of
+  them hold, under its own time limits, and decides each test's points;
+- the **test process** (`runner.py`, `python -I -S` on the student edition, which holds no
+  reference) runs the public and hidden tests with pytest, with every graded function replaced
+  by a forwarder to the submission's process: the tests' assertions, oracles and pytest itself
+  run there, and never import the submission;
+- the **submission's process** (`harness.py`, `python -I -S` on the grading copy, sandboxed by an
+  audit hook, in its own work folder, with a minimal environment) imports the submission and
+  answers the forwarded calls; its values cross as plain data or handles (`remote.py`), never
+  pickled. It never sees the tests.
+
+A submission that loops, exits or crashes during a test fails that test with the cause, and the
+next test gets a fresh submission process; one that fails to import, exits or loops at import
+ends the grading with a report that says so.
 """
 
 from __future__ import annotations
 
 import ast
+import atexit
 import functools
 import hashlib
 import hmac
@@ -31,34 +36,36 @@ import os
 import re
 import secrets
 import select
+import shutil
 import signal
 import site
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minieagle.assignments import edition, overlay
+from minieagle.assignments import edition, overlay, runner
 
-COLLECT_SECONDS = 120  # importing the submission and collecting the tests
+COLLECT_SECONDS = 120  # importing the submission (and, in the grading process, collecting)
 TEST_SECONDS = 60  # each test (MINIEAGLE_TEST_SECONDS overrides)
-_MARGIN_SECONDS = 30  # the child times each test itself; this is the backstop past its limit
+_MARGIN_SECONDS = 30  # the test process times each test itself; this is the backstop past it
 _PYTEST_INI = "[pytest]\n"
 # no third-party pytest plugins (they load slowly, and the tests need none); one BLAS thread
 _QUIET_PYTEST = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "OPENBLAS_NUM_THREADS": "1"}
 _BOOT = (
     "import sys; sys.path[:0] = sys.argv[1:2]; sys.path += sys.argv[2:]; "
-    "from minieagle.assignments import harness; harness.main()"
+    "from minieagle.assignments import runner; runner.main()"
 )
 
 
 @dataclass
 class Outcome:
-    """What the child reported, verified: {test id: (passed, message)}, and the problem that
-    stopped grading early, if any (a sentence for the student)."""
+    """What the test process reported, verified: {test id: (passed, message)}, and the problem
+    that stopped grading early, if any (a sentence for the student)."""
 
     results: dict[str, tuple[bool, str]] = field(default_factory=dict)
     problem: str | None = None
@@ -81,7 +88,7 @@ def syntax_problem(sources: dict[str, str]) -> str | None:
 
 
 def _python_paths() -> list[str]:
-    """The site-packages folders the dependencies come from (the child adds them by hand)."""
+    """The site-packages folders the dependencies come from (added by hand)."""
     paths = list(site.getsitepackages())
     user = site.getusersitepackages()
     if site.ENABLE_USER_SITE and os.path.isdir(user):
@@ -136,12 +143,52 @@ def expected_tests(tests: dict[str, str]) -> list[dict]:
     return [dict(record) for record in _collected(tuple(sorted(tests.items())))]
 
 
+_editions: dict[str, Path] = {}
+_editions_lock = threading.Lock()
+
+
+def _student_edition(name: str) -> Path:
+    """A folder holding the package as the student edition of `name` (its regions stubbed, no
+    instructor material), made once per assignment and process (it does not depend on the
+    submission); removed when the process exits."""
+    with _editions_lock:
+        folder = _editions.get(name)
+        if folder is None:
+            folder = Path(tempfile.mkdtemp(prefix=f"edition-{name}-")).resolve()
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
+            edition.package_copy(folder, [name], link_data=True)
+            _editions[name] = folder
+        return folder
+
+
+def _grading_copy(name: str, dest: Path, sources: dict[str, str]) -> None:
+    """The student edition of `name` with the submitted files in place, at `dest`."""
+    package = _student_edition(name) / "minieagle"
+    unknown = sorted(f for f in sources if not (package / f).is_file())
+    if unknown:
+        raise FileNotFoundError(
+            f"{', '.join(unknown)} is not a file of the package; a submission replaces "
+            "library files only (see `minieagle assignment list`)"
+        )
+    shutil.copytree(package, dest / "minieagle", symlinks=True)
+    for file, source in sources.items():
+        (dest / "minieagle" / file).write_text(source, encoding="utf-8")
+
+
+@functools.cache
+def _graded_functions(name: str, files: tuple[str, ...]) -> list[tuple[str, str]]:
+    library = edition.LIBRARY
+    sources = {f: (library / f).read_text(encoding="utf-8") for f in files}
+    return runner.graded_functions(sources, name)
+
+
 def run_tests(
     name: str, sources: dict[str, str], tests: dict[str, str], order: list[str]
 ) -> Outcome:
     """Run `tests` ({file name: source}) against the submission `sources` ({package-relative
-    file: source}) of assignment `name` in a sandboxed child process; see the module docstring.
-    `order`: the test ids as `expected_tests` collected them; the child must run them in it."""
+    file: source}) of assignment `name`, the tests in a process of their own and the submission
+    in a sandboxed one; see the module docstring. `order`: the test ids as `expected_tests`
+    collected them; the tests must run in it."""
     problem = syntax_problem(sources)
     if problem:
         return Outcome(problem=problem)
@@ -149,85 +196,89 @@ def run_tests(
     with tempfile.TemporaryDirectory(prefix=f"grade-{name}-") as tmp:
         tmp = Path(tmp).resolve()
         copy, work, folder = tmp / "copy", tmp / "work", tmp / "tests"
-        edition.package_copy(copy, [name], replace=sources, link_data=True)
+        _grading_copy(name, copy, sources)
         work.mkdir()
         _write_tests(folder, tests)
         key = secrets.token_bytes(32)
         read_end, write_end = os.pipe()
         stdlib = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")}
         linked = [str(path) for path in copy.rglob("*") if path.is_symlink()]  # link_data
-        spec = {
-            "key": key.hex(),
-            "result_fd": write_end,
+        child = {
             "copy": str(copy),
             "work": str(work),
-            "tests": str(folder),
-            # the child follows symbolic links before it checks a path: the roots are real too
+            # the submission's process follows links before it checks a path: the roots are real too
             "python_paths": sorted({os.path.realpath(p) for p in stdlib | set(_python_paths())}),
             "linked_data": sorted({os.path.realpath(p) for p in linked}),
             "submission_files": [str(copy / "minieagle" / f) for f in sources],
             "submission_modules": [overlay.module_name(f) for f in sources],
             "preload": _modules_used(tests),
-            "test_seconds": test_seconds,
         }
-        env = {
+        child_env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(work),
             "TMPDIR": str(work),
             "LANG": "C.UTF-8",
             "OMP_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONUNBUFFERED": "1",  # what it printed is in the log even if it is stopped
-            **_QUIET_PYTEST,
         }
+        spec = {
+            "key": key.hex(),
+            "result_fd": write_end,
+            "tests": str(folder),
+            "test_modules": [Path(file).stem for file in tests],
+            "functions": _graded_functions(name, tuple(sources)),
+            "child": child,
+            "child_env": child_env,
+            "python_paths": _python_paths(),
+            "log": str(tmp / "log.txt"),
+            "test_seconds": test_seconds,
+            "collect_seconds": COLLECT_SECONDS,
+        }
+        env = {**child_env, "HOME": str(tmp), "TMPDIR": str(tmp), **_QUIET_PYTEST}
         with open(tmp / "log.txt", "w+", encoding="utf-8", errors="replace") as log:
-            child = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", "-c", _BOOT, str(copy), *_python_paths()],
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=work, env=env,
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-B", "-c", _BOOT, str(_student_edition(name)),
+                 *_python_paths()],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, cwd=tmp, env=env,
                 pass_fds=(write_end,), start_new_session=True,
             )  # fmt: skip
             os.close(write_end)
             try:
-                child.stdin.write(json.dumps(spec).encode())
-                child.stdin.close()
+                process.stdin.write(json.dumps(spec).encode())
+                process.stdin.close()
             except BrokenPipeError:
                 pass
             try:
-                outcome = _read(child, read_end, key, test_seconds, order)
+                outcome = _read(process, read_end, key, test_seconds, order)
             finally:
                 os.close(read_end)
-                _stop(child)
+                _stop(process)
             log.seek(0)
             outcome.log = log.read()[-20000:]
-    if outcome.problem and ("exit code" in outcome.problem or "exit status" in outcome.problem):
+    if outcome.problem and outcome.problem.startswith("the test process ended"):
         outcome.problem += _last_error(outcome.log)
     return outcome
 
 
-def _stop(child: subprocess.Popen) -> None:
-    if child.poll() is None:
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
         try:
-            os.killpg(child.pid, signal.SIGKILL)
+            os.killpg(process.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    child.wait()
+    process.wait()
 
 
-def _last_error(log: str) -> str:
-    """'; it printed last: <the last line naming an exception>' (or the last line) of `log`."""
-    lines = [line.strip() for line in log.strip().splitlines() if line.strip()]
-    named = [line for line in lines if re.search(r"\w+(Error|Exit|Exception)\b", line)]
-    line = (named or lines or [""])[-1].removeprefix("INTERNALERROR> ")
-    return f"; it printed last: {line[:300]}" if line else ""
-
-
-def _read(child, fd: int, key: bytes, test_seconds: int, order: list[str]) -> Outcome:
-    """Read and verify the child's records until it is done, dies, or runs over a limit. Tests
-    must start in `order` (some may be missing: a module that did not import) and each outcome
-    must be the started test's."""
+def _read(process, fd: int, key: bytes, test_seconds: int, order: list[str]) -> Outcome:
+    """Read and verify the test process's records until it is done, dies, or runs over a limit.
+    Tests must start in `order` (some may be missing: a module that did not import) and each
+    outcome must be the started test's."""
     outcome, buffer, expect_seq, position = Outcome(), b"", 0, 0
     phase, current = "import", None  # import -> tests
-    deadline = time.monotonic() + COLLECT_SECONDS
+    between = COLLECT_SECONDS + _MARGIN_SECONDS  # starting (again) the submission's process
+    deadline = time.monotonic() + between
     collect_errors: list[str] = []
     while True:
         left = deadline - time.monotonic()
@@ -247,15 +298,14 @@ def _read(child, fd: int, key: bytes, test_seconds: int, order: list[str]) -> Ou
         if not ready:
             continue
         chunk = os.read(fd, 65536)
-        if not chunk:  # the child closed the pipe: it ended
-            code = child.wait()
-            where = "while importing the submission" if phase == "import" else f"during {current}"
+        if not chunk:  # the test process closed the pipe: it ended
+            code = process.wait()
             if collect_errors:
-                outcome.problem = "the submission could not be imported: " + collect_errors[0]
+                outcome.problem = "the tests could not be collected: " + collect_errors[0]
             elif outcome.problem is None:
                 outcome.problem = (
-                    f"the grading process ended {where} with exit code {code} (sys.exit or "
-                    "os._exit in the submission, or a crash); the tests after it did not run"
+                    f"the test process ended during {current or 'the start'} with exit code "
+                    f"{code}; the tests after it did not run"
                 )
             return outcome
         buffer += chunk
@@ -264,25 +314,27 @@ def _read(child, fd: int, key: bytes, test_seconds: int, order: list[str]) -> Ou
             record = _verified(line, key, expect_seq)
             if record is None:
                 outcome.problem = (
-                    "the grading process sent a record that was not signed in order: something "
-                    "in the submission wrote to the grader's channel; graded 0 from there"
+                    "the test process sent a record that was not signed in order: something "
+                    "wrote to the grader's channel; graded 0 from there"
                 )
                 return outcome
             expect_seq += 1
             kind = record["kind"]
-            if kind == "collect_error":
+            if kind == "problem":
+                outcome.problem = str(record["message"])
+            elif kind == "collect_error":
                 collect_errors.append(_import_error(record["message"]))
             elif kind == "collected":
                 phase = "tests"
-                deadline = time.monotonic() + test_seconds + _MARGIN_SECONDS
+                deadline = time.monotonic() + between
                 if collect_errors:
-                    outcome.problem = "the submission could not be imported: " + collect_errors[0]
+                    outcome.problem = "the tests could not be collected: " + collect_errors[0]
             elif kind == "start":
                 current = record["test"]
                 if current not in order[position:]:
                     outcome.problem = (
-                        f"the grading process started {current!r} out of the tests' order: "
-                        "something in the submission changed pytest; graded 0 from there"
+                        f"the test process started {current!r} out of the tests' order; "
+                        "graded 0 from there"
                     )
                     return outcome
                 position = order.index(current, position) + 1
@@ -290,18 +342,27 @@ def _read(child, fd: int, key: bytes, test_seconds: int, order: list[str]) -> Ou
             elif kind == "outcome":
                 if record["test"] != current:
                     outcome.problem = (
-                        f"the grading process reported {record['test']!r} while {current!r} "
-                        "ran: something in the submission changed pytest; graded 0 from there"
+                        f"the test process reported {record['test']!r} while {current!r} "
+                        "ran; graded 0 from there"
                     )
                     return outcome
                 outcome.results[current] = (bool(record["passed"]), str(record["message"]))
+                deadline = time.monotonic() + between
             elif kind == "done":
                 if record["exit"] not in (0, 1) and outcome.problem is None:  # 0, 1: tests ran
                     outcome.problem = (
-                        "the test run stopped early (sys.exit at import, or an error outside "
-                        f"any test; pytest's exit status {record['exit']})"
+                        "the test run stopped early (an error outside any test; pytest's exit "
+                        f"status {record['exit']})"
                     )
                 return outcome
+
+
+def _last_error(log: str) -> str:
+    """'; it printed last: <the last line naming an exception>' (or the last line) of `log`."""
+    lines = [line.strip() for line in log.strip().splitlines() if line.strip()]
+    named = [line for line in lines if re.search(r"\w+(Error|Exit|Exception)\b", line)]
+    line = (named or lines or [""])[-1].removeprefix("INTERNALERROR> ")
+    return f"; it printed last: {line[:300]}" if line else ""
 
 
 def _verified(line: bytes, key: bytes, seq: int) -> dict | None:
