@@ -43,6 +43,9 @@ import types
 import numpy as np
 
 _HEADER = 8  # bytes: the frame's JSON length, then its blobs' total length
+_PLAIN = frozenset((type(None), bool, int, str))
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+_loads = json.JSONDecoder().decode
 _NAMED_PREFIXES = ("numpy", "minieagle")
 _NAMED_MODULES = ("math", "builtins")
 _OPERATOR_NAMES = "add sub mul truediv floordiv mod neg matmul iadd lt le gt ge".split()
@@ -238,9 +241,9 @@ class Connection:
 
     def send(self, message: dict) -> None:
         blobs: list[bytes] = []
-        body = json.dumps(self._encode_message(message, blobs), separators=(",", ":")).encode()
-        data = b"".join(blobs)
-        frame = len(body).to_bytes(4, "big") + len(data).to_bytes(4, "big") + body + data
+        body = _dumps(self._encode_message(message, blobs)).encode()
+        size = sum(map(len, blobs))
+        frame = b"".join([len(body).to_bytes(4, "big"), size.to_bytes(4, "big"), body, *blobs])
         view = memoryview(frame)
         try:
             while view:
@@ -249,7 +252,8 @@ class Connection:
         except OSError as error:
             self._stop(f"the submission's process is gone ({error.strerror})")
 
-    def _read_exactly(self, count: int) -> bytes:
+    def _fill(self, count: int) -> None:
+        """Read until the buffer holds `count` bytes (or stop: the deadline, the end)."""
         while len(self.buffer) < count:
             wait = None if self.deadline is None else self.deadline - time.monotonic()
             if wait is not None and wait <= 0:
@@ -261,24 +265,24 @@ class Connection:
             if not chunk:
                 self._stop("eof")
             self.buffer += chunk
-        data = bytes(self.buffer[:count])
-        del self.buffer[:count]
-        return data
 
     def receive(self) -> dict:
-        header = self._read_exactly(_HEADER)
-        body_length = int.from_bytes(header[:4], "big")
-        data_length = int.from_bytes(header[4:], "big")
+        self._fill(_HEADER)
+        body_length = int.from_bytes(self.buffer[:4], "big")
+        data_length = int.from_bytes(self.buffer[4:8], "big")
         if body_length > 1 << 30 or data_length > 1 << 34:
             self._stop("protocol")
-        body, data = self._read_exactly(body_length), self._read_exactly(data_length)
+        end = _HEADER + body_length + data_length
+        self._fill(end)
+        frame = bytes(self.buffer[:end])
+        del self.buffer[:end]
         try:
-            message = json.loads(body)
+            message = _loads(frame[_HEADER : _HEADER + body_length].decode())
             if not isinstance(message, dict):
                 raise ProtocolError("a frame must hold an object")
-            blobs, offset = [], 0
-            for size in message.get("blobs", []):
-                blobs.append(data[offset : offset + int(size)])
+            blobs, offset = [], _HEADER + body_length
+            for size in message.get("blobs", ()):
+                blobs.append(frame[offset : offset + int(size)])
                 offset += int(size)
             return self._decode_message(message, blobs)
         except (ValueError, KeyError, TypeError, ProtocolError):
@@ -450,7 +454,7 @@ class Connection:
         """JSON for `value`; arrays' bytes go to `blobs`. by_value: lists, dicts and sets are
         copied (a result) rather than handed out (an argument, an attribute)."""
         kind = type(value)
-        if value is None or kind in (bool, int, str):
+        if kind in _PLAIN:
             return value
         if kind is float:
             return value if math.isfinite(value) else {"t": "float", "v": repr(value)}
@@ -531,11 +535,9 @@ class Connection:
                 "m": sorted(methods)}  # fmt: skip
 
     def _decode(self, data, blobs: list):
-        if data is None or isinstance(data, bool | int | str):
-            return data
-        if isinstance(data, float):
-            return data
-        if not isinstance(data, dict):
+        if type(data) is not dict:
+            if type(data) in _PLAIN or type(data) is float:
+                return data
             raise ProtocolError(f"{type(data).__name__} where a value was expected")
         tag = data["t"]
         if tag == "float":
