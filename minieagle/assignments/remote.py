@@ -17,7 +17,10 @@ unpickled, and a value crosses as one of:
   rng, a callback), and the lists, dicts and sets passed as arguments or read as attributes, so
   that appending to a cache or to `self.pending` changes the caller's object. Attribute reads,
   item reads, calls, `len`, iteration and `in` on a handle go back to its owner, which answers
-  with data or handles again. The receiver of a handle of its own object gets the object.
+  with data or handles again. The receiver of a handle of its own object gets the object. A
+  handle may carry a snapshot (a short list of scalars, a small dict of arrays, an object's
+  scalar and config attributes) that is read locally until the next frame either way, when the
+  object could have changed.
 
 Calls nest: while one side waits for its answer it serves the other side's requests, so a
 submitted drafter can call back into the test process's head, which the test counts.
