@@ -292,3 +292,21 @@ def test_the_tree_depth_check_catches_an_output_that_differs_from_vanilla(script
     prompts = [("prose", [5, 6, 7, 8])]
     with pytest.raises(AssertionError, match="differs from vanilla"):
         depth.measure(params, config, prompts, lambda: None, 6, [[1, 2, 3, 4, 5, 6]])
+
+
+def test_the_remeasured_curve_plots_each_point_file_and_refuses_a_nameless_one(scripts, tmp_path):
+    """benchmarks/plot_scaling_remeasured.py: one PNG from tree_depth files named by their point;
+    a file whose name does not say its point is refused naming it."""
+    plot = importlib.import_module("plot_scaling_remeasured")
+    row = {"depth": 5, "levels": 6, "ratio": {"heldout": {"all": 1.1}, "ood": {"all": 1.0}}}
+    for head in ("eagle3", "eagle1"):
+        row[head] = {name: {"tau": 4.0} for name in ("heldout", "ood")}
+    files = []
+    for k in (1, 2):
+        files.append(tmp_path / f"tree-depth-{k}x-24.json")
+        files[-1].write_text(json.dumps({"depths": [row]}))
+    points = plot.main([*map(str, files), "--plot", str(tmp_path / "c.png")])
+    assert list(points) == [1, 2]
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(InvalidInputError, match="other.json"):
+        plot.main([str(tmp_path / "other.json"), "--plot", str(tmp_path / "d.png")])
