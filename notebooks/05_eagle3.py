@@ -651,6 +651,10 @@ for experiment in ("eagle3-scaling-corpus", "eagle3-scaling"):
                   + " → ".join(f"{tau:.2f} ({tokens / 1e6:.1f}M)" for tokens, tau in curve))
     if (results_dir / f"{experiment}.png").is_file():
         display(Image(filename=str(results_dir / f"{experiment}.png")))
+# the same heads re-measured on 24 prompts per kind, trees of 6 and 8 levels
+# (`benchmarks/plot_scaling_remeasured.py`): the lead at 8 prompts per kind was partly noise
+if (results_dir / "eagle3-scaling-24.png").is_file():
+    display(Image(filename=str(results_dir / "eagle3-scaling-24.png")))
 
 # %% [markdown]
 # The EAGLE-3 paper also raises the tree's depth from 6 to 8 levels at the same node budget: a
@@ -659,7 +663,7 @@ for experiment in ("eagle3-scaling-corpus", "eagle3-scaling"):
 # this cell plots its files (`tree-depth-*.json`), measuring nothing itself.
 
 # %%
-for path in sorted(results_dir.glob("tree-depth-*.json")):
+for path in sorted(results_dir.glob("tree-depth-*x.json")):  # the sweeps over depth
     rows = json.loads(path.read_text())["depths"]
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
     for ax, kind in zip(axes, ("heldout", "ood"), strict=True):
