@@ -37,6 +37,10 @@ JSON and the plot are rewritten, so they always show the points finished so far.
 
 (`--heads eagle1` in a second process trains the other head on the other core; both write the
 same JSON, each its own points.) `--smoke` runs a tiny version on a few shards in seconds.
+
+`--passes N` (N > 1) asks another question, whether seeing the same windows again is worth new
+ones: each point trains its own run, N times its one-pass steps over the same data (the first
+blocks that hold the point's windows), in --out/HEAD-Kx-Np; give it its own --json and --plot.
 """
 
 from __future__ import annotations
@@ -382,8 +386,7 @@ def main(argv=None) -> dict:
             "tau_by_kind": by_kind,
         })  # fmt: skip
         shared = ("model", "features", "planned", "blocks", "unit_tokens", "passes",
-                  "decay_fraction",
-                  "batch_size", "seq_len", "lr", "warmup_steps", "ttt_steps", "seed", "depth",
+                  "decay_fraction", "batch_size", "seq_len", "lr", "warmup_steps", "ttt_steps", "seed", "depth",
                   "top_k", "total_tokens", "prompts_per_kind", "new_tokens", "repeats",
                   "smoke")  # fmt: skip
         results["config"] = {name: getattr(args, name) for name in shared}
