@@ -386,9 +386,9 @@ def main(argv=None) -> dict:
             "tau_by_kind": by_kind,
         })  # fmt: skip
         shared = ("model", "features", "planned", "blocks", "unit_tokens", "passes",
-                  "decay_fraction", "batch_size", "seq_len", "lr", "warmup_steps", "ttt_steps", "seed", "depth",
-                  "top_k", "total_tokens", "prompts_per_kind", "new_tokens", "repeats",
-                  "smoke")  # fmt: skip
+                  "decay_fraction", "batch_size", "seq_len", "lr", "warmup_steps", "ttt_steps",
+                  "seed", "depth", "top_k", "total_tokens", "prompts_per_kind", "new_tokens",
+                  "repeats", "smoke")  # fmt: skip
         results["config"] = {name: getattr(args, name) for name in shared}
         results["plot"] = str(plot_path)
         plot(results["points"], plot_path)
