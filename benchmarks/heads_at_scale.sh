@@ -92,13 +92,13 @@ if ! running "eagle3_scaling.py .* --passes" && ! running "distill --target $T/t
     python benchmarks/eagle3_scaling.py --model $T/targets/small --features $T/corpus $T/self-T1 \
       --planned-shards 80 560 --out $T/scaling --heads eagle1,eagle3 --points 1 --passes 2 \
       --prompts-per-kind 8 --json docs/results/eagle3-passes.json \
-      --plot docs/results/eagle3-passes.png &&
+      --plot $T/eagle3-passes.png &&
     minieagle distill --target $T/targets/small --out-dir $T/self-T0 --source corpus \
       --temperature 0 --shards 70 --keys 2,6,9,final --quiet &&
     python benchmarks/eagle3_scaling.py --model $T/targets/small --features $T/corpus $T/self-T0 \
       --planned-shards 80 560 --out $T/scaling-T0 --heads eagle1,eagle3 --points 1 \
       --prompts-per-kind 8 --json docs/results/eagle3-greedy-data.json \
-      --plot docs/results/eagle3-greedy-data.png" >"$T/levers.log" 2>&1 &
+      --plot $T/eagle3-greedy-data.png" >"$T/levers.log" 2>&1 &
 fi
 
 # 3. SmolLM2: its own answers to chat requests (100 shards of 64 windows of 257 tokens each,
