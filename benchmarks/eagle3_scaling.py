@@ -361,15 +361,28 @@ def main(argv=None) -> dict:
     plot_path = Path(args.plot or out / "scaling.png")
     params, config, tokenizer = load_checkpoint(args.model)
 
+    shared = ("model", "features", "planned", "blocks", "unit_tokens", "passes",
+              "decay_fraction", "batch_size", "seq_len", "lr", "warmup_steps", "ttt_steps",
+              "seed", "depth", "top_k", "total_tokens", "prompts_per_kind", "new_tokens",
+              "repeats", "smoke")  # fmt: skip
+    settings = json.loads(json.dumps({name: getattr(args, name) for name in shared}))
+
     def on_point(point, record: dict) -> None:
-        label = point_label(record["head"], point, args.passes)
+        results = _read_results(json_path)  # another head's process may have written since
+        mine = (record["head"], point, args.passes)
+        recorded = [
+            p for p in results["points"] if (p["head"], p["point"], p.get("passes", 1)) == mine
+        ]
+        if (
+            recorded
+            and results.get("config") == settings
+            and recorded[0]["final_eval"] == json.loads(json.dumps(record["final_eval"]))
+        ):
+            return  # a reused head, benched with these settings: its record (and wall time) stands
+        label = point_label(*mine)
         method, factory = head_drafter(params, config, record, args)
         bench = _bench(params, config, tokenizer, label, factory, record, args)
-        results = _read_results(json_path)  # another head's process may have written since
-        results["points"] = [
-            p for p in results["points"]
-            if (p["head"], p["point"], p.get("passes", 1)) != (record["head"], point, args.passes)
-        ]  # fmt: skip
+        results["points"] = [p for p in results["points"] if p not in recorded]
         steps = record["steps"]
         by_kind = {  # τ per kind of prompt: prose and code, held-out and out of domain
             setting: {
@@ -385,11 +398,7 @@ def main(argv=None) -> dict:
             "steps": steps, "method": method, **record, **summarise(bench, label),
             "tau_by_kind": by_kind,
         })  # fmt: skip
-        shared = ("model", "features", "planned", "blocks", "unit_tokens", "passes",
-                  "decay_fraction", "batch_size", "seq_len", "lr", "warmup_steps", "ttt_steps",
-                  "seed", "depth", "top_k", "total_tokens", "prompts_per_kind", "new_tokens",
-                  "repeats", "smoke")  # fmt: skip
-        results["config"] = {name: getattr(args, name) for name in shared}
+        results["config"] = settings
         results["plot"] = str(plot_path)
         plot(results["points"], plot_path)
         json_path.parent.mkdir(parents=True, exist_ok=True)

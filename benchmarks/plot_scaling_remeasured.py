@@ -5,7 +5,7 @@ heads of point k, n prompts per kind), one line per head and tree depth, one pan
     python benchmarks/plot_scaling_remeasured.py docs/results/tree-depth-*x-24.json \\
         --plot docs/results/eagle3-scaling-24.png
 
-The x axis is k x 2.64M tokens (`eagle3_scaling.UNIT_TOKENS`); nothing is measured here.
+The x axis is k x `eagle3_scaling.UNIT_TOKENS` (2.64M); nothing is measured here.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import re
 import sys
 from pathlib import Path
 
+from eagle3_scaling import UNIT_TOKENS
+
 from minieagle.errors import InvalidInputError
 
-UNIT_TOKENS = 2_640_000
 NAME = re.compile(r"tree-depth-(\d+)x-(\d+)\.json$")
 SETS = {"heldout": "held-out prompts", "ood": "out-of-domain prompts"}
 HEADS = {"eagle3": "EAGLE-3 head", "eagle1": "EAGLE-1 head, EAGLE-2 tree"}

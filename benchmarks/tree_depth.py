@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from eagle3_ablation import PROMPT_SETS
 
 from minieagle.bench import prompt_set
 from minieagle.checkpoint import load_checkpoint
@@ -37,7 +38,6 @@ from minieagle.heads.eagle1 import load_head
 from minieagle.heads.eagle3_io import load_eagle3_head
 from minieagle.sampling import SamplingParams
 
-PROMPT_SETS = ("heldout", "ood")
 HEADS = {"eagle3": "eagle3", "eagle1": "eagle2"}  # head kind -> the method it drafts as
 
 

@@ -170,9 +170,11 @@ def test_the_scaling_script_branches_each_point_off_one_run_and_plots(scripts, t
         assert steps == [4, 8, 15, 30]  # one pass over 1, 2, 4, 8 x 128 tokens
         heads = _head_files(tmp_path / "runs")
         assert len(heads) == 8
+        written = (tmp_path / "s.json").read_bytes()
         scaling.main(argv)  # everything reused: nothing trained or benched again
         assert trained_calls["train"] == 14 and calls["bench"] == 16
         assert _head_files(tmp_path / "runs") == heads
+        assert (tmp_path / "s.json").read_bytes() == written  # the records stand as written
         # --passes 2: each point its own run, over the same data as the one-pass point, twice
         passes = [*argv, "--passes", "2", "--points", "1,2", "--heads", "eagle3"]
         passes += ["--json", str(tmp_path / "p.json"), "--plot", str(tmp_path / "p.png")]
