@@ -72,10 +72,19 @@ RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
 class SharpenedScores(Eagle2Drafter):
     """EAGLE-2 scoring each child by log softmax(logits / 0.5) instead of log q: the magic
-    number the calibration replaces, kept for reference."""
+    number the calibration replaces, kept for reference. The drafter hands `_log_accept` no
+    log q (no path of it computes the whole log-softmax), so the level's logits are kept here."""
+
+    def _add_level(self, pool, expanded, logits, rng, proposals):
+        self._level_logits = logits  # [F, V] the head's logits of the nodes being expanded
+        return super()._add_level(pool, expanded, logits, rng, proposals)
 
     def _log_accept(self, log_q, tokens, confidence):
-        return np.take_along_axis(log_softmax(log_q / SHARPEN), tokens, axis=-1)
+        if tokens is None:
+            raise ValueError("sharpened scores rank a top-k tree; the sampled tree has no tokens "
+                             "to score before it draws them: pass sampled_tree=False")
+        sharpened = log_softmax(self._level_logits.astype(np.float64) / SHARPEN)  # [F, V]
+        return np.take_along_axis(sharpened, tokens, axis=-1)
 
 
 class Recorder:

@@ -312,3 +312,37 @@ def test_the_remeasured_curve_plots_each_point_file_and_refuses_a_nameless_one(s
     assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(InvalidInputError, match="other.json"):
         plot.main([str(tmp_path / "other.json"), "--plot", str(tmp_path / "d.png")])
+
+
+@pytest.mark.parametrize("method", ["eagle2", "eagle3"])
+def test_the_calibration_study_runs_end_to_end(method, monkeypatch, tmp_path):
+    """benchmarks/eagle2_calibration.py at its smallest: every row decodes (the sharpened-score
+    row among them: it broke once when the drafter stopped handing `_log_accept` a log q) and
+    the results and fitted maps are written."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    study = importlib.import_module("eagle2_calibration")
+    out = tmp_path / "study.json"
+    argv = ["--method", method, "--fit-prompts", "1", "--fit-tokens", "8", "--prompts-per-kind",
+            "1", "--new-tokens", "6", "--depth", "2", "--out", str(out),
+            "--calibration-dir", str(tmp_path)]  # fmt: skip
+    results = study.main(argv)
+    assert json.loads(out.read_text())["settings"]["method"] == method
+    assert any(name.endswith(f"logits/{study.SHARPEN}") for name in json.dumps(results).split('"'))
+    assert sorted(p.name for p in tmp_path.glob(f"{method}-calibration-*.json"))
+
+
+def test_sharpened_scores_are_the_log_softmax_of_the_halved_logits(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    study = importlib.import_module("eagle2_calibration")
+    import numpy as np
+
+    from minieagle.layers import log_softmax
+
+    drafter = object.__new__(study.SharpenedScores)  # only the scoring is exercised
+    logits = np.array([[2.0, 0.5, -1.0, 0.0], [0.1, 0.2, 3.0, -np.inf]])
+    drafter._level_logits = logits
+    tokens = np.array([[0, 3], [2, 1]])
+    expected = np.take_along_axis(log_softmax(logits / 0.5), tokens, axis=-1)
+    np.testing.assert_allclose(drafter._log_accept(None, tokens, None), expected)
+    with pytest.raises(ValueError, match="sampled_tree=False"):
+        drafter._log_accept(None, None, None)
