@@ -57,6 +57,9 @@ if [ "${1:-}" = status ]; then
   for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1; do
     [ -d "$run" ] && echo "$run: $(ls -d "$run"/shard-?????  2>/dev/null | wc -l) shards"
   done
+  for run in "$S"/eagle3 "$S"/eagle1; do
+    [ -f "$run/state/state.json" ] && echo "$run: step $(python -c "import json,sys; print(json.load(open(sys.argv[1]))['step'])" "$run/state/state.json")"
+  done
   exit 0
 fi
 
@@ -103,7 +106,8 @@ fi
 
 # 3. SmolLM2: its own answers to chat requests (100 shards of 64 windows of 257 tokens each,
 #    greedy, then sampled at T = 1: about 2M answer tokens), then its EAGLE-3 and EAGLE-1 heads,
-#    one pass over them, warmup-stable-decay.
+#    one pass over them, warmup-stable-decay, trained side by side (one core each: a head's
+#    training step uses one BLAS thread, so one run at a time would leave a core idle).
 if ! running "distill --target $M" && ! running "train eagle. --target $M"; then
   nohup nice -n 5 bash -c "
     [ -d $M ] || minieagle import smollm2 >/dev/null
@@ -119,10 +123,11 @@ if ! running "distill --target $M" && ! running "train eagle. --target $M"; then
       --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps 320 --lr 3e-3 \
       --warmup-steps 50 --ttt-steps 3 --draft-vocab-size 8192 --lm-head-init target \
       --eval-every 400 --eval-batches 2 --save-every 25 --export-dtype float16 \
-      --out-dir $S/eagle3 --quiet &&
+      --out-dir $S/eagle3 >$S/train-eagle3.log 2>&1 &
     minieagle train eagle1 --target $M --data features --features $S/chat-T0 $S/chat-T1 \
       --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps 320 --lr 3e-3 \
       --warmup-steps 50 --eval-every 400 --eval-batches 2 --save-every 25 \
-      --export-dtype float16 --out-dir $S/eagle1 --quiet" >"$S/pipeline.log" 2>&1 &
+      --export-dtype float16 --out-dir $S/eagle1 >$S/train-eagle1.log 2>&1 &
+    wait" >"$S/pipeline.log" 2>&1 &
 fi
 echo "started; see: bash benchmarks/heads_at_scale.sh status"
