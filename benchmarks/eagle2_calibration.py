@@ -48,12 +48,17 @@ import numpy as np
 
 from minieagle import bench, model
 from minieagle.calibrate import record_calibration
-from minieagle.calibration import fit_calibration, save_calibration, training_prompts
+from minieagle.calibration import (
+    TemperatureScores,
+    fit_calibration,
+    save_calibration,
+    training_prompts,
+)
 from minieagle.checkpoint import load_checkpoint, target_fingerprint
 from minieagle.cli import DEFAULT_HEAD, DEFAULT_MODEL
 from minieagle.drafters.eagle1 import Eagle1Drafter
 from minieagle.drafters.eagle2 import EAGLE2_DEFAULTS, EAGLE3_DEFAULTS, Eagle2Drafter
-from minieagle.dynamic_tree import calibration_table, log_softmax
+from minieagle.dynamic_tree import calibration_table
 from minieagle.generate import emitted_per_forward, generate
 from minieagle.heads.eagle1 import load_head
 from minieagle.heads.eagle3_io import load_eagle3_head
@@ -71,20 +76,17 @@ RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
 
 class SharpenedScores(Eagle2Drafter):
-    """EAGLE-2 scoring each child by log softmax(logits / 0.5) instead of log q: the magic
-    number the calibration replaces, kept for reference. The drafter hands `_log_accept` no
-    log q (no path of it computes the whole log-softmax), so the level's logits are kept here."""
+    """EAGLE-2 scoring each child by log softmax(logits / 0.5) instead of log q at every
+    temperature: the magic number the fitted temperature (`TemperatureScores`) replaces, kept
+    for reference."""
 
-    def _add_level(self, pool, expanded, logits, rng, proposals):
-        self._level_logits = logits  # [F, V] the head's logits of the nodes being expanded
-        return super()._add_level(pool, expanded, logits, rng, proposals)
-
-    def _log_accept(self, log_q, tokens, confidence):
+    def _log_accept(self, logits, tokens, confidence):
         if tokens is None:
-            raise ValueError("sharpened scores rank a top-k tree; the sampled tree has no tokens "
-                             "to score before it draws them: pass sampled_tree=False")
-        sharpened = log_softmax(self._level_logits.astype(np.float64) / SHARPEN)  # [F, V]
-        return np.take_along_axis(sharpened, tokens, axis=-1)
+            raise ValueError(
+                "sharpened scores rank a top-k tree; the sampled tree has no tokens "
+                "to score before it draws them: pass sampled_tree=False"
+            )
+        return TemperatureScores(SHARPEN, "T=0").log_acceptance_of_logits(logits, tokens)
 
 
 class Recorder:

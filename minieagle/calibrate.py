@@ -7,14 +7,19 @@ with by default, T = 0 (top-k tree), T = 1 (top-k tree) and T = 1 with the sampl
 
 1. Fit: decode TRAINING prompts (`calibration.training_prompts`, windows of the corpora's
    train split) with the raw drafter at the method's default sizes, keep its
-   (confidence, accepted) records, fit the isotonic map (`calibration.fit_calibration`).
+   (confidence, accepted) records, fit the isotonic map (`calibration.fit_calibration`). For
+   a top-k tree (T = 0, T = 1) also decode them with temperature-scaled scores
+   (`calibration.TemperatureScores`) at each temperature of `TEMPERATURES` and keep the one of
+   the highest τ (ties: the higher temperature, the nearer raw scores).
 2. Decide: decode VALIDATION prompts (`calibration.validation_prompts`, the val split; never
-   the test split τ is reported on) with the raw and the calibrated drafter, same prompts
-   and seeds; the map is used by default where its pooled τ is higher and more prompts gain
-   than lose (a tie in either says the map does not help).
+   the test split τ is reported on) with the raw drafter and with each candidate, same
+   prompts and seeds. A candidate helps where its pooled τ is higher than raw's and more
+   prompts gain than lose (a tie in either says it does not help); of those that help, the
+   one of the highest τ is used by default; where none helps, the isotonic map is kept, unused.
 
 The file records the head's fingerprint (a map never applies to other weights), the target's,
-the validation τ of both drafters per setting with their per-prompt values, and the command.
+the validation τ of raw scores and of every candidate per setting with their per-prompt values,
+and the command.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import numpy as np
 
 from minieagle.calibration import (
     HeadCalibration,
+    TemperatureScores,
     fit_calibration,
     training_prompts,
     validation_prompts,
@@ -41,6 +47,9 @@ SETTINGS = (
     (SamplingParams(temperature=1.0), False),
     (SamplingParams(temperature=1.0), True),
 )
+# The temperatures a top-k tree's scores are fitted over (docs/calibration.md: on the shipped
+# tiny heads τ on training prompts peaked between 0.25 and 0.5 at T = 0; 1 is raw scores).
+TEMPERATURES = (0.25, 0.35, 0.5, 0.7)
 
 
 def record_calibration(
@@ -129,26 +138,57 @@ def calibrate_head(
         start = time.perf_counter()
         records = record_calibration(target, config, drafter(sampled), train, sampling,
                                      new_tokens=fit_tokens)  # fmt: skip
-        fitted = fit_calibration(records, setting=setting, head=fingerprint)
+        candidates = {"isotonic": fit_calibration(records, setting=setting, head=fingerprint)}
+        if not sampled:  # temperature scores rank a top-k tree's children
+            training_tau = {
+                t: validation_tau(target, config, drafter(False, TemperatureScores(t, setting)),
+                                  train, sampling, new_tokens=fit_tokens)["tau"]
+                for t in TEMPERATURES
+            }  # fmt: skip
+            best = max(TEMPERATURES, key=lambda t: (training_tau[t], t))
+            candidates["temperature"] = TemperatureScores(best, setting, fingerprint, training_tau)
         raw = validation_tau(target, config, drafter(sampled), val, sampling,
                              new_tokens=val_tokens)  # fmt: skip
-        calibrated = validation_tau(target, config, drafter(sampled, fitted), val, sampling,
-                                    new_tokens=val_tokens)  # fmt: skip
-        mine, theirs = (np.asarray(x["tau_per_prompt"]) for x in (calibrated, raw))
-        above, below = int((mine > theirs).sum()), int((mine < theirs).sum())
-        maps[setting], use[setting] = fitted, bool(calibrated["tau"] > raw["tau"] and above > below)
+        judged = {}
+        for name, candidate in candidates.items():
+            mine = validation_tau(target, config, drafter(sampled, candidate), val, sampling,
+                                  new_tokens=val_tokens)  # fmt: skip
+            ours, theirs = (np.asarray(x["tau_per_prompt"]) for x in (mine, raw))
+            above, below = int((ours > theirs).sum()), int((ours < theirs).sum())
+            judged[name] = {
+                "tau": mine["tau"],
+                "prompts_above_raw": above,
+                "prompts_below_raw": below,
+                "helps": bool(mine["tau"] > raw["tau"] and above > below),
+                "tau_per_prompt": mine["tau_per_prompt"],
+            }
+        helping = [name for name in judged if judged[name]["helps"]]
+        chosen = max(helping, key=lambda name: judged[name]["tau"]) if helping else "isotonic"
+        maps[setting], use[setting] = candidates[chosen], bool(helping)
         validation[setting] = {
             "tau_raw": raw["tau"],
-            "tau_calibrated": calibrated["tau"],
-            "prompts_above_raw": above,
-            "prompts_below_raw": below,
+            "tau_calibrated": judged[chosen]["tau"],
+            "prompts_above_raw": judged[chosen]["prompts_above_raw"],
+            "prompts_below_raw": judged[chosen]["prompts_below_raw"],
             "tau_per_prompt_raw": raw["tau_per_prompt"],
-            "tau_per_prompt_calibrated": calibrated["tau_per_prompt"],
+            "tau_per_prompt_calibrated": judged[chosen]["tau_per_prompt"],
+            "kind": chosen,
+            "candidates": {
+                name: {k: v for k, v in j.items() if k != "tau_per_prompt"}
+                for name, j in judged.items()
+            },  # fmt: skip
         }
+        tried = ", ".join(
+            f"{name} {j['tau']:.2f}"
+            + (
+                f" (t = {candidates[name].temperature})" if name == "temperature" else ""
+            )  # fmt: skip
+            for name, j in judged.items()
+        )
         log(
-            f"[calibrate {setting}: {len(records)} records, {len(fitted.confidence)} knots; "
-            f"validation tau raw {raw['tau']:.2f}, calibrated {calibrated['tau']:.2f} -> "
-            f"{'used' if use[setting] else 'not used'} ({time.perf_counter() - start:.0f} s)]"
+            f"[calibrate {setting}: {len(records)} records; validation tau raw {raw['tau']:.2f}, "
+            f"{tried} -> {chosen + ' used' if use[setting] else 'none used'} "
+            f"({time.perf_counter() - start:.0f} s)]"
         )
     provenance = {
         "command": command,
@@ -159,7 +199,8 @@ def calibrate_head(
                 "seeds": "prose 0, code 1; prompt i decodes with seed i"},
         "validation": {"split": "val", "prompts_per_corpus": val_prompts,
                        "new_tokens": val_tokens, "seeds": "prose 0, code 1; prompt i with "
-                       "seed i", "rule": "used where the calibrated tau is above the raw "
-                       "and more prompts gain than lose"},
+                       "seed i", "rule": "of the candidates whose tau is above the raw and "
+                       "on more prompts gain than lose, the one of the highest tau is used"},
+        "temperatures": list(TEMPERATURES),
     }  # fmt: skip
     return HeadCalibration(fingerprint, maps, use, validation, provenance)

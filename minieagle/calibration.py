@@ -24,8 +24,18 @@ constant beyond the first and last. Values are clipped to [epsilon, 1]:
 - c non-decreasing, so the top-k children by q are the top-k by c(q): the expansion, which takes
   each node's top-k tokens, drafts the candidates the calibrated ranking wants.
 
-Calibration changes only which deterministic tree is drafted, never how it is verified, so the
-decoding stays lossless (docs/calibration.md).
+**Temperature scaling** (`TemperatureScores`, Guo et al. 2017's name for it). A map of q alone
+cannot see the rest of a node's distribution, and at T = 0 acceptance depends on it: only the
+target's argmax is accepted, so among siblings of equal q the head's first choice is accepted
+far more often than a lower-ranked one (with the EAGLE-1 head shipped 2026-12-02, q in
+[0.05, 0.1): rank 0 accepted 54 % of the time, rank 1 12 %, rank 2 and beyond 4 %). Scoring a
+top-k child x by log softmax(logits / t)[x] = log q(x) / t − log Σ_y q(y)^(1/t), with t < 1,
+rewards the clear favourite of a flat distribution and pushes its siblings down. t is fitted
+per setting on training prompts by the τ each t of a small grid reaches (`minieagle.calibrate`);
+it applies to top-k trees only (a sampled tree's draws are scored before they are drawn).
+
+Calibration changes only which tree is drafted, never how it is verified, so the decoding stays
+lossless (docs/calibration.md).
 
 Calibrations are fitted on TRAINING prompts only (`training_prompts`: windows of the corpora's
 train split), never on the held-out test-split prompts the benchmarks report on, and saved as a
@@ -52,7 +62,8 @@ import numpy as np
 from minieagle.errors import InvalidInputError
 
 FORMAT = "minieagle-calibration"
-VERSION = 1
+VERSION = 1  # an isotonic map ("knots")
+TEMPERATURE_VERSION = 2  # temperature scores ("temperature"); readers of 2 read both
 DEFAULT_EPSILON = 1e-3
 DEFAULT_PRIOR_WEIGHT = 1.0  # pseudo-records per prior point: 21 in all, against thousands
 PRIOR_POINTS = np.linspace(0.0, 1.0, 21)  # [21] confidences where acceptance = q is assumed
@@ -115,6 +126,52 @@ class Calibration:
     def log_acceptance(self, log_confidence) -> np.ndarray:
         """log c(exp(log q)): the calibrated score term, finite and <= 0."""
         return np.log(self(np.exp(np.asarray(log_confidence, dtype=np.float64))))
+
+
+@dataclass(frozen=True)
+class TemperatureScores:
+    """Temperature-scaled scores for a top-k tree: the child x of a node whose head logits are
+    l scores log softmax(l / temperature)[x] (module docstring). setting: the sampling setting
+    it was fitted for (a top-k tree's: "T=0" or "T=1"); head: the head's fingerprint;
+    training_tau: {temperature: τ on the training prompts} of the grid it was chosen from."""
+
+    temperature: float
+    setting: str
+    head: str = ""
+    training_tau: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        t = self.temperature
+        if (
+            isinstance(t, bool)
+            or not isinstance(t, int | float | np.floating)
+            or not (np.isfinite(t) and t > 0)
+        ):
+            raise InvalidInputError(
+                f"temperature={t!r} must be a finite number > 0 (below 1 sharpens the head's "
+                "distribution), e.g. 0.5"
+            )
+        if not isinstance(self.setting, str) or not self.setting:
+            raise InvalidInputError(f"setting={self.setting!r} must name the sampling setting, "
+                                    "e.g. 'T=0' (setting_name(sampling))")  # fmt: skip
+        if self.setting.endswith(",sampled"):
+            raise InvalidInputError(
+                f"setting={self.setting!r}: temperature scores rank a top-k tree's children; a "
+                "sampled tree's draws are scored before they are drawn (use an isotonic map)"
+            )
+        object.__setattr__(self, "temperature", float(t))
+
+    @property
+    def records(self) -> int:
+        return 0  # fitted on τ, not on records
+
+    def log_acceptance_of_logits(self, logits, tokens) -> np.ndarray:
+        """The score terms [F, k] of the children `tokens` [F, k] of F nodes whose head logits
+        are `logits` [F, V] (-inf outside an EAGLE-3 head's draft vocabulary): finite, <= 0."""
+        x = np.asarray(logits, dtype=np.float64) / self.temperature  # [F, V]
+        top = x.max(axis=-1, keepdims=True)  # [F, 1]
+        log_sum = np.log(np.exp(x - top).sum(axis=-1, keepdims=True))  # [F, 1]
+        return np.take_along_axis(x, np.asarray(tokens), axis=-1) - top - log_sum
 
 
 def _frozen_vector(name: str, values) -> np.ndarray:
@@ -209,37 +266,57 @@ def _map_json(calibration: Calibration) -> dict:
     }
 
 
-def save_calibration(calibration: Calibration, path) -> Path:
+def _any_map_json(calibration) -> dict:
+    """An isotonic map's records and knots, or temperature scores' temperature."""
+    if isinstance(calibration, TemperatureScores):
+        return {
+            "kind": "temperature",
+            "temperature": calibration.temperature,
+            "training_tau": {str(t): tau for t, tau in calibration.training_tau.items()},
+        }
+    return _map_json(calibration)
+
+
+def _any_map_from_json(entry: dict, setting: str, head: str):
+    """The inverse of `_any_map_json`."""
+    if entry.get("kind") == "temperature":
+        tau = {float(t): float(v) for t, v in entry.get("training_tau", {}).items()}
+        return TemperatureScores(entry["temperature"], setting, head, tau)
+    knots = entry["knots"]
+    return Calibration(knots["confidence"], knots["acceptance"], setting, entry["records"], head)
+
+
+def save_calibration(calibration: Calibration | TemperatureScores, path) -> Path:
     """Write `calibration` as a small JSON file at `path`; returns the path."""
     path = Path(path)
+    scaled = isinstance(calibration, TemperatureScores)
     document = {
         "format": FORMAT,
-        "version": VERSION,
+        "version": TEMPERATURE_VERSION if scaled else VERSION,
         "setting": calibration.setting,
         "head": calibration.head,
-        **_map_json(calibration),
+        **_any_map_json(calibration),
     }
     path.write_text(json.dumps(document, indent=1) + "\n")
     return path
 
 
-def load_calibration(path, *, setting: str | None = None, head: str | None = None) -> Calibration:
+def load_calibration(
+    path, *, setting: str | None = None, head: str | None = None
+) -> Calibration | TemperatureScores:
     """Read a file written by `save_calibration`. setting / head, when given, must be the ones
     it was fitted for (a calibration of another setting or head ranks candidates wrongly)."""
     from minieagle.checkpoint import read_config_json
 
     path = Path(path)
     d = read_config_json(path, fix_missing="fit one: python benchmarks/eagle2_calibration.py")
-    if d.get("format") != FORMAT or d.get("version") != VERSION:
+    if d.get("format") != FORMAT or d.get("version") not in (VERSION, TEMPERATURE_VERSION):
         raise InvalidInputError(
-            f"{path} is not a {FORMAT} version {VERSION} file (format={d.get('format')!r}, "
-            f"version={d.get('version')!r}); write it with save_calibration"
+            f"{path} is not a {FORMAT} version {VERSION} or {TEMPERATURE_VERSION} file (format="
+            f"{d.get('format')!r}, version={d.get('version')!r}); write it with save_calibration"
         )
     try:
-        knots = d["knots"]
-        calibration = Calibration(
-            knots["confidence"], knots["acceptance"], d["setting"], d["records"], d["head"]
-        )
+        calibration = _any_map_from_json(d, d["setting"], d["head"])
     except (KeyError, TypeError) as e:
         raise InvalidInputError(f"{path} lacks {e}; write it with save_calibration") from e
     except InvalidInputError as e:
@@ -301,18 +378,19 @@ def _window_prompts(tokenizer, corpus, split, count, length, seed):
 # ---------------------------------------------------------------------------- a head's maps
 
 HEAD_FORMAT = "minieagle-head-calibration"
-HEAD_VERSION = 1
+HEAD_VERSION = 2  # 2: a setting may hold temperature scores; version 1 files still load
 HEAD_FILE = "calibration.json"  # beside the head's config.json and model.safetensors
 
 
 @dataclass(frozen=True)
 class HeadCalibration:
-    """The calibration maps shipped beside a head (`HEAD_FILE`): one `Calibration` per sampling
-    setting (maps), and per setting whether it is used by default (use: True where the
-    calibrated tree beat the raw one on the validation split), with the numbers that decided
-    it (validation) and how it was made (provenance: the command, prompts, tree sizes).
-    head: the head's fingerprint (`checkpoint.target_fingerprint` of its directory), so the
-    maps never apply to another head. A drafter calls `for_setting` when decoding begins."""
+    """The calibration maps shipped beside a head (`HEAD_FILE`): one `Calibration` or
+    `TemperatureScores` per sampling setting (maps), and per setting whether it is used by
+    default (use: True where it beat raw scores on the validation split, `minieagle.calibrate`),
+    with the numbers that decided it (validation) and how it was made (provenance: the
+    command, prompts, tree sizes). head: the head's fingerprint (`checkpoint.target_fingerprint`
+    of its directory), so the maps never apply to another head. A drafter calls `for_setting`
+    when decoding begins."""
 
     head: str
     maps: dict
@@ -322,10 +400,14 @@ class HeadCalibration:
 
     def __post_init__(self) -> None:
         for setting, calibration in self.maps.items():
-            if not isinstance(calibration, Calibration) or calibration.setting != setting:
+            if (
+                not isinstance(calibration, Calibration | TemperatureScores)
+                or calibration.setting != setting
+            ):
                 raise InvalidInputError(
-                    f"maps[{setting!r}] must be a Calibration fitted for {setting!r}; build "
-                    "the maps with fit_calibration(records, setting=...)"
+                    f"maps[{setting!r}] must be a Calibration or TemperatureScores fitted for "
+                    f"{setting!r}; build the maps with minieagle calibrate or "
+                    "fit_calibration(records, setting=...)"
                 )
         if set(self.use) != set(self.maps) or not all(
             isinstance(v, bool) for v in self.use.values()
@@ -340,7 +422,7 @@ class HeadCalibration:
         """The settings whose map is used, for messages (`Eagle2Drafter` reads `for_setting`)."""
         return ",".join(s for s in self.maps if self.use[s]) or "none used"
 
-    def for_setting(self, setting: str) -> Calibration | None:
+    def for_setting(self, setting: str) -> Calibration | TemperatureScores | None:
         """The map to rank by when decoding under `setting` (`setting_name`): the one fitted
         for it where it measured better on validation, else None (raw scores)."""
         return self.maps[setting] if self.use.get(setting) else None
@@ -349,16 +431,17 @@ class HeadCalibration:
 def save_head_calibration(head_calibration: HeadCalibration, path) -> Path:
     """Write `head_calibration` as JSON at `path` (a head's `HEAD_FILE`); returns the path."""
     path = Path(path)
+    scaled = any(isinstance(m, TemperatureScores) for m in head_calibration.maps.values())
     document = {
         "format": HEAD_FORMAT,
-        "version": HEAD_VERSION,
+        "version": HEAD_VERSION if scaled else 1,  # isotonic maps only: the version 1 layout
         "head": head_calibration.head,
         "provenance": head_calibration.provenance,
         "settings": {
             setting: {
                 "use": head_calibration.use[setting],
                 "validation": head_calibration.validation.get(setting, {}),
-                **_map_json(calibration),
+                **_any_map_json(calibration),
             }
             for setting, calibration in head_calibration.maps.items()
         },
@@ -374,19 +457,16 @@ def load_head_calibration(path, *, head: str | None = None) -> HeadCalibration:
 
     path = Path(path)
     d = read_config_json(path, fix_missing="fit one: minieagle calibrate --head DIR")
-    if d.get("format") != HEAD_FORMAT or d.get("version") != HEAD_VERSION:
+    if d.get("format") != HEAD_FORMAT or d.get("version") not in (1, HEAD_VERSION):
         raise InvalidInputError(
-            f"{path} is not a {HEAD_FORMAT} version {HEAD_VERSION} file (format="
+            f"{path} is not a {HEAD_FORMAT} version 1 or {HEAD_VERSION} file (format="
             f"{d.get('format')!r}, version={d.get('version')!r}); write it with "
             "minieagle calibrate --head DIR"
         )
     try:
         maps, use, validation = {}, {}, {}
         for setting, entry in d["settings"].items():
-            knots = entry["knots"]
-            maps[setting] = Calibration(
-                knots["confidence"], knots["acceptance"], setting, entry["records"], d["head"]
-            )
+            maps[setting] = _any_map_from_json(entry, setting, d["head"])
             use[setting], validation[setting] = entry["use"], entry.get("validation", {})
         loaded = HeadCalibration(d["head"], maps, use, validation, d.get("provenance", {}))
     except (KeyError, TypeError, AttributeError) as e:

@@ -668,7 +668,10 @@ def calibration_id(calibration) -> str:
     with one map are never read for another."""
     if calibration is None:
         return "none"
-    knots = np.concatenate([calibration.confidence, calibration.acceptance]).tobytes()
+    if hasattr(calibration, "temperature"):  # TemperatureScores: its one parameter
+        knots = np.float64(calibration.temperature).tobytes()
+    else:
+        knots = np.concatenate([calibration.confidence, calibration.acceptance]).tobytes()
     return hashlib.sha256(calibration.setting.encode() + knots).hexdigest()[:16]
 
 

@@ -27,7 +27,12 @@ import minieagle
 from minieagle import inference, model, sizing
 from minieagle import tree as trees
 from minieagle.bench import heldout_prompts, ood_prompts
-from minieagle.calibration import load_calibration, training_prompts
+from minieagle.calibration import (
+    TemperatureScores,
+    load_calibration,
+    shipped_calibration,
+    training_prompts,
+)
 from minieagle.checkpoint import load_checkpoint, target_fingerprint
 from minieagle.cli import DEFAULT_MODEL, PRETRAINED
 from minieagle.drafters.eagle1 import Eagle1Drafter
@@ -437,7 +442,10 @@ plt.show()
 # code, `minieagle/data/ood_prompts.jsonl`), all at T = 0 and 26 nodes. A third drafter ranks by
 # **calibrated** values: each `log q` replaced by `log c(q)`, the acceptance rate that `q` has
 # had on training prompts (`docs/results/eagle2-calibration-T0.json`, fitted for the shipped
-# head; docs/calibration.md). A prompt whose greedy continuation ends at end of text before
+# head; docs/calibration.md). A fourth ranks by **temperature scores**, the shipped head's T = 0
+# default: `log softmax(logits / t)` at each child, with the `t` fitted by `minieagle calibrate`,
+# which sees the whole distribution of a node and not only the child's `q` (docs/calibration.md,
+# "Temperature scores"). A prompt whose greedy continuation ends at end of text before
 # `MIN_NEW` tokens has too few cycles for a τ: it is skipped, and the cell names it.
 #
 # Per kind, the table pools τ over the prompts (all tokens / all cycles); "mean depth" is the
@@ -449,18 +457,26 @@ plt.show()
 per_kind, n_cmp, MIN_NEW = (1, 48, 16) if FAST else (6, 96, 16)
 prompts = heldout_prompts(tokenizer, per_corpus=per_kind) + ood_prompts(tokenizer, per_kind)
 KINDS = ("prose", "code", "ood-prose", "ood-code")
-calibration = None
+calibration, shipped = None, None
 if (head_dir / "model.safetensors").is_file():  # the calibration was fitted for that head
     calibration = load_calibration(RESULTS / "eagle2-calibration-T0.json", setting="T=0",
                                    head=target_fingerprint(head_dir))  # fmt: skip
+    maps = shipped_calibration(head_dir)  # the head's own calibration.json, if it has one
+    shipped = maps.for_setting("T=0") if maps is not None else None
 methods = {  # name -> a new drafter (one holds one sequence's state)
     "EAGLE-1 static": lambda: Eagle1Drafter(target64, config, head, head_cfg),
     "EAGLE-2": lambda: RecordingDrafter(target64, config, head, head_cfg),
     "EAGLE-2 calibrated": lambda: Eagle2Drafter(target64, config, head, head_cfg,
                                                 calibration=calibration),
+    "EAGLE-2 temperature": lambda: Eagle2Drafter(target64, config, head, head_cfg,
+                                                 calibration=shipped),
 }  # fmt: skip
 if calibration is None:
     del methods["EAGLE-2 calibrated"]
+if not isinstance(shipped, TemperatureScores):  # the head's T = 0 default is another map
+    del methods["EAGLE-2 temperature"]
+else:
+    print(f"the shipped head's T = 0 scores: log softmax(logits / {shipped.temperature})")
 kept, names, vanilla, skipped = [], [], [], []
 runs = {name: [] for name in methods}  # name -> one GenerationResult per kept prompt
 drafters = {name: [] for name in methods}
@@ -482,7 +498,7 @@ print(f"{len(kept)} prompts x {n_cmp} new tokens; skipped (fewer than {MIN_NEW} 
       f"{'; '.join(skipped) or 'none'}")  # fmt: skip
 kinds = [kind for kind, _ in kept]
 tau = {name: np.asarray([r.tau for r in results]) for name, results in runs.items()}  # [P] each
-print(f"{'':19}" + "".join(f"{kind:>10}" for kind in KINDS) + "       all  mean depth  +/-")
+print(f"{'':20}" + "".join(f"{kind:>10}" for kind in KINDS) + "       all  mean depth  +/-")
 for name, results in runs.items():
     pooled = [emitted_per_forward([r for r, k in zip(results, kinds, strict=True) if k == kind])
               for kind in KINDS]  # fmt: skip
@@ -490,7 +506,7 @@ for name, results in runs.items():
     static_tau = tau["EAGLE-1 static"]  # [P]
     above, below = np.sum(tau[name] > static_tau), np.sum(tau[name] < static_tau)
     versus = "" if name == "EAGLE-1 static" else f"{above}/{below}"
-    print(f"{name:19}" + "".join(f"{t:10.2f}" for t in pooled)
+    print(f"{name:20}" + "".join(f"{t:10.2f}" for t in pooled)
           + f"{emitted_per_forward(results):10.2f}{depth:12.2f}  {versus}")  # fmt: skip
 for name in list(methods)[1:]:
     diff = tau[name] - tau["EAGLE-1 static"]  # [P] per prompt

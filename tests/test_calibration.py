@@ -41,6 +41,7 @@ from minieagle.calibration import (
     PRIOR_POINTS,
     Calibration,
     HeadCalibration,
+    TemperatureScores,
     _pool_adjacent_violators,
     fit_calibration,
     load_any_calibration,
@@ -157,7 +158,7 @@ def test_files_round_trip_and_refuse_the_wrong_setting_or_head(tmp_path):
     with pytest.raises(InvalidInputError, match=r"c.json: acceptance values span .* outside"):
         load_calibration(path)
     path.write_text(json.dumps({"format": "other"}))
-    with pytest.raises(InvalidInputError, match="not a minieagle-calibration version 1 file"):
+    with pytest.raises(InvalidInputError, match="not a minieagle-calibration version 1 or 2"):
         load_calibration(path)
 
 
@@ -574,7 +575,7 @@ def test_head_maps_round_trip_and_refuse_another_head(tmp_path):
         load_head_calibration(path, head="xyz")
     with pytest.raises(InvalidInputError, match="use=.* must say True or False"):
         HeadCalibration("abc", maps.maps, {"T=0": True})
-    with pytest.raises(InvalidInputError, match=r"maps\['T=1'\] must be a Calibration fitted"):
+    with pytest.raises(InvalidInputError, match=r"maps\[.T=1.\] must be a Calibration or Temp"):
         HeadCalibration("abc", {"T=1": _calibration()}, {"T=1": True})
 
 
@@ -660,3 +661,97 @@ def test_build_drafter_defaults_come_from_one_place(tmp_path):
                                 depth=2, top_k=2, total_tokens=5)  # fmt: skip
         _run([1, 3], drafter, sampling, SeededRandomness(0), n=3)
         assert drafter.tree_sampled is want and drafter.active_calibration is None
+
+
+# ---------------------------------------------------------------------------- temperature scores
+
+
+def test_temperature_scores_are_the_log_softmax_of_the_scaled_logits():
+    logits = np.array([[2.0, 0.5, -1.0, 0.0, -np.inf], [0.1, 0.2, 3.0, -np.inf, 1.0]])
+    tokens = np.array([[0, 3], [2, 4]])
+    for t in (0.25, 0.5, 1.0, 2.0):
+        got = TemperatureScores(t, "T=0").log_acceptance_of_logits(logits, tokens)
+        want = np.take_along_axis(dt.log_softmax(logits / t), tokens, axis=-1)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        assert np.isfinite(got).all() and (got <= 0).all()
+    # t = 1 is raw scores: the log q the tree ranks by without a map
+    raw_tokens, raw_log_q = dt.top_children_of_logits(logits, 2)
+    one = TemperatureScores(1.0, "T=0").log_acceptance_of_logits(logits, raw_tokens)
+    np.testing.assert_allclose(one, raw_log_q, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"temperature": 0.0, "setting": "T=0"}, "finite number > 0"),
+        ({"temperature": -1.0, "setting": "T=0"}, "finite number > 0"),
+        ({"temperature": float("nan"), "setting": "T=0"}, "finite number > 0"),
+        ({"temperature": True, "setting": "T=0"}, "finite number > 0"),
+        ({"temperature": 0.5, "setting": ""}, "must name the sampling setting"),
+        ({"temperature": 0.5, "setting": "T=1,sampled"}, "rank a top-k tree's children"),
+    ],
+)
+def test_bad_temperature_scores_are_refused(kwargs, message):
+    with pytest.raises(InvalidInputError, match=message):
+        TemperatureScores(**kwargs)
+
+
+def test_the_drafter_ranks_by_temperature_scores():
+    """Every pool score is its parent's plus log softmax(logits / t) at the child, and a
+    temperature drafts other trees than raw scores (the tiny head is nearly one-hot, so a
+    flattening one: t = 3)."""
+    scores = TemperatureScores(3.0, "T=0")
+    changed = 0
+    for prompt in ([1, 3], [4, 0, 5], [2, 2, 2, 2], [5, 1, 0], [0, 4]):
+        shapes = []
+        for calibration in (None, scores):
+            drafter = _drafter(3, 3, 8, calibration=calibration)
+            _run(prompt, drafter, n=1)
+            shapes.append(drafter.selected.tolist())
+        changed += shapes[0] != shapes[1]
+        pool = drafter.pool
+        for i, parent in enumerate(pool.parents):
+            above = pool.scores[parent] if parent >= 0 else 0.0
+            assert pool.scores[i] <= above
+    assert changed >= 3
+    drafter = _drafter(2, 3, 8, calibration=scores)
+    _run([1, 3], drafter, n=1)
+    assert drafter.active_calibration is scores and drafter.decide(SamplingParams())[
+        "calibration"] == "T=0"  # fmt: skip
+
+
+@settings(deadline=None, max_examples=20)
+@given(st.lists(st.integers(0, V - 1), min_size=1, max_size=8), st.integers(1, 3),
+       st.integers(1, 4), st.integers(2, 16), st.integers(0, 12),
+       st.sampled_from([0.3, 2.0]))  # fmt: skip
+def test_greedy_eagle2_with_temperature_scores_is_greedy_vanilla(prompt, depth, top_k, total, n, t):
+    top_k = min(top_k, total - 1)
+    drafter = _drafter(depth, top_k, total, calibration=TemperatureScores(t, "T=0"))
+    assert _run(prompt, drafter, n=n).tokens == greedy_reference(TARGET, CONFIG, prompt, n)
+
+
+@pytest.mark.parametrize(("sampling", "depth", "n", "prompt"), LAW_CASES, ids=str)
+def test_eagle2_with_temperature_scores_has_the_target_law(sampling, depth, n, prompt):
+    scores = TemperatureScores(0.3, setting_name(sampling))
+    _assert_target_law(prompt, lambda: _drafter(depth, 2, 4, calibration=scores), sampling, n)
+
+
+def test_temperature_scores_refuse_the_sampled_tree_and_round_trip(tmp_path):
+    t1 = SamplingParams(temperature=1.0)
+    with pytest.raises(InvalidInputError, match="fitted for 'T=1' but this decoding is 'T=1,sa"):
+        _run([1, 3], _drafter(calibration=TemperatureScores(0.5, "T=1"), sampled_tree=True), t1)
+    scores = TemperatureScores(0.35, "T=0", "abc", {0.25: 4.1, 0.35: 4.3})
+    path = save_calibration(scores, tmp_path / "t.json")
+    assert json.loads(path.read_text())["version"] == 2
+    assert load_calibration(path, setting="T=0", head="abc") == scores
+    assert isinstance(load_any_calibration(path), TemperatureScores)
+    maps = _head_maps()
+    mixed = HeadCalibration(maps.head, {**maps.maps, "T=0": TemperatureScores(0.5, "T=0", "abc")},
+                            maps.use, maps.validation)  # fmt: skip
+    head_path = save_head_calibration(mixed, tmp_path / HEAD_FILE)
+    assert json.loads(head_path.read_text())["version"] == 2
+    loaded = load_head_calibration(head_path, head="abc")
+    assert loaded.for_setting("T=0") == TemperatureScores(0.5, "T=0", "abc")
+    assert loaded.for_setting("T=1,sampled").setting == "T=1,sampled"
+    # isotonic maps only: the version 1 file, as before temperature scores existed
+    assert json.loads(save_head_calibration(maps, tmp_path / "v1.json").read_text())["version"] == 1

@@ -95,7 +95,7 @@ def tree_options(calibration="auto", sampled_tree: bool | None = None, head_dir=
       (`calibration.shipped_calibration`: a `HeadCalibration`, whose map for a setting is used
       only where it measured better on the validation split), None without a directory or a
       file; "none" or None: raw scores; a path: that file (a single map or a head's maps,
-      fitted for this head); a `Calibration` or `HeadCalibration`: itself.
+      fitted for this head); a `Calibration`, `TemperatureScores` or `HeadCalibration`: itself.
     - sampled_tree None stays None (the drafter decides when decoding begins: the sizer's
       choice, else the sampled tree at T > 0), except that a single map fixes it to the tree
       it was fitted for (its setting ends in ",sampled" or not)."""
@@ -110,7 +110,8 @@ def tree_options(calibration="auto", sampled_tree: bool | None = None, head_dir=
     elif isinstance(calibration, str | Path):
         fitted_for = None if head_dir is None else target_fingerprint(head_dir)
         calibration = calibrations.load_any_calibration(calibration, head=fitted_for)
-    if sampled_tree is None and isinstance(calibration, calibrations.Calibration):
+    single = (calibrations.Calibration, calibrations.TemperatureScores)  # fixes its tree
+    if sampled_tree is None and isinstance(calibration, single):
         if calibration.setting != "T=0":
             sampled_tree = calibration.setting.endswith(",sampled")
     return calibration, sampled_tree

@@ -21,12 +21,13 @@ the end of the context, where `max_nodes` leaves no room for the deeper levels).
 
 Two options, both off in the class by default (`build_drafter` turns them on where they
 measured better; docs/calibration.md):
-  calibration   a `minieagle.calibration.Calibration` fitted for this sampling setting, or a
-                head's maps (`HeadCalibration`: one per setting, each used only where it
-                measured better on validation; `for_setting` picks it when decoding begins):
-                each child's score term log q becomes log c(q), the measured log chance that
-                the target accepts it; expansion and reranking both rank by these scores. The
-                recorded confidence stays q, so the map can be refitted.
+  calibration   a `minieagle.calibration.Calibration` fitted for this sampling setting, a
+                `TemperatureScores` (a top-k tree's), or a head's maps (`HeadCalibration`:
+                one per setting, each used only where it measured better on validation;
+                `for_setting` picks it when decoding begins): each child's score term log q
+                becomes log c(q), the measured log chance that the target accepts it, or
+                log softmax(logits / t) at the child; expansion and reranking both rank by
+                these scores. The recorded confidence stays q, so the map can be refitted.
   sampled_tree  at T > 0, each expanded node's children are drawn without replacement from the
                 draft distribution processed like the target's, each carrying the distribution
                 it was drawn from (EAGLE-1's rule, `head_drafter.draft_children`), so the verifier
@@ -135,8 +136,8 @@ class Eagle2Drafter(HeadDrafter):
         if calibration is not None and not _is_calibration(calibration):
             raise InvalidInputError(
                 f"calibration is a {type(calibration).__name__}; pass a "
-                "minieagle.calibration.Calibration (fit_calibration or load_calibration), a "
-                "HeadCalibration (load_head_calibration) or None"
+                "minieagle.calibration.Calibration (fit_calibration or load_calibration), "
+                "TemperatureScores, a HeadCalibration (load_head_calibration) or None"
             )
         if sampled_tree is not None and not isinstance(sampled_tree, bool):
             raise InvalidInputError(
@@ -176,7 +177,8 @@ class Eagle2Drafter(HeadDrafter):
             sampled = getattr(self.sizing, "sampled_tree", True)
         self.tree_sampled = bool(sampled) and not sampling.greedy
         self.active_calibration = self._calibration_for(sampling)
-        used = self.active_calibration
+        used = self.active_calibration  # temperature scores never reach a sampled tree:
+        # they are fitted for a top-k tree's setting only (TemperatureScores refuses the other)
         return {
             "depth": self.depth,
             "top_k": self.top_k,
@@ -292,7 +294,7 @@ class Eagle2Drafter(HeadDrafter):
         drafting is cheaper (at 26 nodes about 60 draws a cycle instead of 328)."""
         if proposals is None:
             tokens, confidence = top_children_of_logits(logits, self.top_k)  # [F, k]
-            log_accept = self._log_accept(None, tokens, confidence)
+            log_accept = self._log_accept(logits, tokens, confidence)
             return add_children(pool, expanded, tokens, confidence, log_accept)
         # An EAGLE-3 head's logits are -inf outside its draft vocabulary: weight 0 there.
         finite = np.where(np.isneginf(logits), np.finfo(np.float64).min, logits)  # [F, V]
@@ -336,14 +338,17 @@ class Eagle2Drafter(HeadDrafter):
         confidence[0] = 1.0
         return confidence
 
-    def _log_accept(self, log_q, tokens, confidence) -> np.ndarray:
-        """The children's score terms [F, k]: their log confidence (EAGLE-2), or its calibrated
-        log acceptance. tokens [F, k] (None for sampled children, which are scored before
-        they are drawn); log_q: None (no path computes the head's whole log-softmax); both are
-        unused here and kept for subclasses."""
-        if self.active_calibration is None:
+    def _log_accept(self, logits, tokens, confidence) -> np.ndarray:
+        """The children's score terms [F, k]: their log confidence (EAGLE-2), its calibrated
+        log acceptance, or their temperature-scaled log-softmax. logits [F, V]: the expanded
+        nodes' head logits, tokens [F, k] their children (both None for sampled children,
+        which are scored before they are drawn)."""
+        used = self.active_calibration
+        if used is None:
             return confidence
-        return self.active_calibration.log_acceptance(confidence)
+        if _scores_logits(used):
+            return used.log_acceptance_of_logits(logits, tokens)
+        return used.log_acceptance(confidence)
 
 
 def _reached_nodes(tree: Tree, confidence: np.ndarray, kept_tokens) -> list[tuple[float, bool]]:
@@ -361,10 +366,16 @@ def _reached_nodes(tree: Tree, confidence: np.ndarray, kept_tokens) -> list[tupl
     return [(float(confidence[c]), c in accepted) for node in path for c in kids[node]]
 
 
+def _scores_logits(calibration) -> bool:
+    """Whether `calibration` scores children from their parent's logits (`TemperatureScores`)
+    rather than from their confidence alone."""
+    return callable(getattr(calibration, "log_acceptance_of_logits", None))
+
+
 def _is_calibration(calibration) -> bool:
-    """Whether `calibration` is shaped like a `minieagle.calibration.Calibration` or a
-    `HeadCalibration` (the drafter only calls these members)."""
-    one = callable(getattr(calibration, "log_acceptance", None))
+    """Whether `calibration` is shaped like a `minieagle.calibration.Calibration`,
+    `TemperatureScores` or a `HeadCalibration` (the drafter only calls these members)."""
+    one = callable(getattr(calibration, "log_acceptance", None)) or _scores_logits(calibration)
     maps = callable(getattr(calibration, "for_setting", None))
     return (one or maps) and isinstance(getattr(calibration, "setting", None), str)
 
