@@ -6,8 +6,10 @@ The EAGLE-3 paper keeps EAGLE-2's node budget but raises the tree's depth from 6
 (docs/eagle3.md, "Inference"): a head whose deep drafts are accepted more often (what the
 training-time test is for) gains from levels that EAGLE-1's head rarely reaches. This measures
 that choice here: for each depth (expansion steps; draft levels = depth + 1), both heads draft
-through `build_drafter(..., depth, top_k, total_tokens)` with raw scores (no calibration), every
-prompt decoded once (τ at T = 0 is deterministic), and each output is checked equal to vanilla's.
+through `build_drafter(..., depth, top_k, total_tokens)` with raw scores (no calibration; or,
+with `--scores shipped`, the T = 0 scores `minieagle calibrate` wrote beside each head, its
+calibration.json), every prompt decoded once (τ at T = 0 is deterministic), and each output is
+checked equal to vanilla's.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/tree_depth.py \\
         --model ~/.cache/minieagle/runs/tiny/targets/small \\
@@ -30,6 +32,7 @@ import numpy as np
 from eagle3_ablation import PROMPT_SETS
 
 from minieagle.bench import prompt_set
+from minieagle.calibration import shipped_calibration
 from minieagle.checkpoint import load_checkpoint
 from minieagle.drafters import build_drafter
 from minieagle.errors import InvalidInputError
@@ -84,6 +87,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--total-tokens", type=int, default=26, help="nodes verified (root too)")
     parser.add_argument("--prompts-per-kind", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument(
+        "--scores", choices=("raw", "shipped"), default="raw",
+        help="raw: the paper's scores; shipped: each head's calibration.json (minieagle calibrate)",
+    )  # fmt: skip
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     depths = parse_depths(args.depths)
@@ -92,6 +99,15 @@ def main(argv=None) -> dict:
         "eagle3": load_eagle3_head(args.eagle3, target_dir=args.model),
         "eagle1": load_head(args.eagle1, target_dir=args.model),
     }
+    scores = {kind: None for kind in heads}  # raw
+    if args.scores == "shipped":
+        for kind, directory in (("eagle3", args.eagle3), ("eagle1", args.eagle1)):
+            scores[kind] = shipped_calibration(directory)
+            if scores[kind] is None:
+                raise InvalidInputError(
+                    f"--scores shipped: {directory} has no calibration.json for its weights; "
+                    f"write one with minieagle calibrate --head {directory}"
+                )
     sets = {name: prompt_set(tokenizer, name, per_kind=args.prompts_per_kind)
             for name in PROMPT_SETS}  # fmt: skip
     vanilla = {
@@ -105,10 +121,10 @@ def main(argv=None) -> dict:
         row = {"depth": depth, "levels": depth + 1}
         for kind, method in HEADS.items():
 
-            def factory(method=method, head=heads[kind], depth=depth):
+            def factory(method=method, head=heads[kind], depth=depth, scored=scores[kind]):
                 return build_drafter(method, target=(params, config), head=head, depth=depth,
                                      top_k=args.top_k, total_tokens=args.total_tokens,
-                                     calibration=None)  # fmt: skip
+                                     calibration=scored)  # fmt: skip
 
             row[kind] = {name: measure(params, config, sets[name], factory, args.new_tokens,
                                        vanilla[name])
@@ -135,7 +151,7 @@ def main(argv=None) -> dict:
     results = {
         "config": {k: getattr(args, k) for k in ("model", "eagle3", "eagle1", "top_k",
                                                   "total_tokens", "prompts_per_kind",
-                                                  "new_tokens")},
+                                                  "new_tokens", "scores")},
         "depths": rows,
     }  # fmt: skip
     if args.json:

@@ -284,6 +284,28 @@ def test_the_tree_depth_script_measures_both_heads_at_each_depth(scripts, tmp_pa
         depth.main([*argv[:6], "--depths", "5,x"])
 
 
+def test_the_tree_depth_script_ranks_by_the_shipped_scores_when_asked(scripts, tmp_path):
+    """--scores shipped drafts with each head's calibration.json (the shipped heads' T = 0
+    scores are temperature scores): other trees than raw scores, the same greedy outputs; a
+    head directory without one is refused naming the command that writes it."""
+    import shutil
+
+    depth = importlib.import_module("tree_depth")
+    pretrained = BENCHMARKS.parent / "minieagle" / "pretrained"
+    argv = ["--model", str(pretrained / "small"), "--eagle3", str(pretrained / "small-eagle3"),
+            "--eagle1", str(pretrained / "small-eagle1"), "--depths", "3",
+            "--prompts-per-kind", "1", "--new-tokens", "24"]  # fmt: skip
+    raw, shipped = (depth.main([*argv, "--scores", s])["depths"][0] for s in ("raw", "shipped"))
+    taus = [(r[k]["heldout"]["tau"], r[k]["ood"]["tau"]) for r in (raw, shipped)
+            for k in ("eagle3", "eagle1")]  # fmt: skip
+    assert taus[:2] != taus[2:]  # the scores changed some tree
+    bare = tmp_path / "bare-eagle1"
+    shutil.copytree(pretrained / "small-eagle1", bare)
+    (bare / "calibration.json").unlink()
+    with pytest.raises(InvalidInputError, match="has no calibration.json .* minieagle calibrate"):
+        depth.main([*argv[:4], "--eagle1", str(bare), *argv[6:], "--scores", "shipped"])
+
+
 def test_the_tree_depth_check_catches_an_output_that_differs_from_vanilla(scripts):
     """The lossless check in benchmarks/tree_depth.py can fail: a reference that is not
     vanilla's output is reported."""
