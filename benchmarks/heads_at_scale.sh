@@ -128,6 +128,13 @@ if ! running "distill --target $M" && ! running "train eagle. --target $M"; then
       --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps 320 --lr 3e-3 \
       --warmup-steps 50 --eval-every 400 --eval-batches 2 --save-every 25 \
       --export-dtype float16 --out-dir $S/eagle1 >$S/train-eagle1.log 2>&1 &
-    wait" >"$S/pipeline.log" 2>&1 &
+    wait
+    # 4. Both heads measured on chat prompts, every method side by side (tau at T = 0 and 1,
+    #    speed against vanilla, greedy outputs against vanilla's), once.
+    [ -f $S/eagle3/final/model.safetensors ] && [ -f $S/eagle1/final/model.safetensors ] &&
+      [ ! -f $S/smollm2-methods.json ] &&
+      python benchmarks/smollm2_methods.py --model $M --eagle1-head $S/eagle1/final \
+        --eagle3-head $S/eagle3/final --out $S/smollm2-methods.json >$S/methods.log 2>&1" \
+    >"$S/pipeline.log" 2>&1 &
 fi
 echo "started; see: bash benchmarks/heads_at_scale.sh status"
