@@ -5,9 +5,10 @@ at T = 0, and at T = 1 at least 0.8 of its own T = 0 τ. `minieagle bench --suit
 measures it among every method with speed; this script measures τ alone (no timing, so the
 machine's load does not matter) on more prompts: held-out and out-of-domain (`--prompts both`),
 prompt i decoded with seed i. The dynamic trees are built by `build_drafter` with its defaults
-(the head's shipped calibration maps, the sampled tree at T > 0) at fixed sizes (depth 5, top-k
-8, 26 nodes), beside the same with raw scores and the top-k tree (`calibration=None,
-sampled_tree=False`), the paper's EAGLE-2.
+(the head's shipped scores, the sampled tree at T > 0) at each method's fixed default sizes (26
+nodes, top-k 8; depth 5 for EAGLE-2, `EAGLE2_DEFAULTS`; depth 7 for EAGLE-3, the paper's deeper
+tree, `EAGLE3_DEFAULTS`, and EAGLE-3 at depth 5 too, EAGLE-2's tree), beside the same with raw
+scores and the top-k tree (`calibration=None, sampled_tree=False`), the paper's EAGLE-2.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/default_tau.py --out docs/results/default-tau.json
 """
@@ -24,26 +25,30 @@ from minieagle import inference
 from minieagle.bench import prompt_set
 from minieagle.checkpoint import load_checkpoint
 from minieagle.drafters import build_drafter
+from minieagle.drafters.eagle2 import EAGLE2_DEFAULTS, EAGLE3_DEFAULTS
 from minieagle.generate import emitted_per_forward, generate
 from minieagle.sampling import SamplingParams
 from minieagle.shipped import DEFAULT_MODEL
 
 SETTINGS = {"T=0": SamplingParams(), "T=1": SamplingParams(temperature=1.0)}
-SIZES = {"depth": 5, "top_k": 8, "total_tokens": 26}
+SIZES = {"eagle2": EAGLE2_DEFAULTS, "eagle3": EAGLE3_DEFAULTS}  # fixed: no sizing measured
 
 
 def methods(target) -> dict:
+    e2, e3 = SIZES["eagle2"], SIZES["eagle3"]
     return {
         "eagle1 static tree (26)": lambda: build_drafter("eagle1", target=target,
                                                          head="small-eagle1"),
         "eagle2 default": lambda: build_drafter("eagle2", target=target, head="small-eagle1",
-                                                **SIZES),
+                                                **e2),
         "eagle2 raw top-k": lambda: build_drafter("eagle2", target=target, head="small-eagle1",
-                                                  calibration=None, sampled_tree=False, **SIZES),
+                                                  calibration=None, sampled_tree=False, **e2),
         "eagle3 default": lambda: build_drafter("eagle3", target=target, head="small-eagle3",
-                                                **SIZES),
+                                                **e3),
+        "eagle3 default, depth 5": lambda: build_drafter("eagle3", target=target,
+                                                         head="small-eagle3", **e2),
         "eagle3 raw top-k": lambda: build_drafter("eagle3", target=target, head="small-eagle3",
-                                                  calibration=None, sampled_tree=False, **SIZES),
+                                                  calibration=None, sampled_tree=False, **e3),
     }  # fmt: skip
 
 

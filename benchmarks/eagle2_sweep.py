@@ -28,6 +28,7 @@ import statistics
 from pathlib import Path
 
 from minieagle.bench import heldout_prompts, machine_info
+from minieagle.calibration import shipped_calibration
 from minieagle.checkpoint import load_checkpoint
 from minieagle.cli import DEFAULT_EAGLE3_HEAD, DEFAULT_HEAD, DEFAULT_MODEL
 from minieagle.drafters import build_drafter
@@ -48,10 +49,11 @@ def _label(depth: int, total: int) -> str:
 
 
 def sweep(
-    params, config, head, prompts, *, depths, totals, top_k, new_tokens, repeats, method="eagle2"
-) -> dict:
+    params, config, head, prompts, *, depths, totals, top_k, new_tokens, repeats, method="eagle2",
+    calibration=None,
+) -> dict:  # fmt: skip
     """The grid for `method` ("eagle2": an EAGLE-1 head; "eagle3": an EAGLE-3 head, the same
-    dynamic tree)."""
+    dynamic tree); calibration: the scores every tree ranks by (None: raw, the paper's)."""
     """Greedy vanilla and one EAGLE-2 drafter per (depth, total_tokens), side by side.
 
     head: (head params, Eagle1Config). prompts: list of (kind, ids). Returns {"vanilla": ...,
@@ -70,6 +72,7 @@ def sweep(
             # it, so it is never kept: the clamp gives the same tree, without the wasted work.
             top_k=min(top_k, total - 1),
             total_tokens=total,
+            calibration=calibration,
         )
 
     methods = {"vanilla": lambda: None, **{_label(*p): factory(*p) for p in points}}
@@ -244,6 +247,10 @@ def main(argv=None) -> dict:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--prompts-per-corpus", type=int, default=4)
+    parser.add_argument(
+        "--scores", choices=("raw", "shipped"), default="raw",
+        help="raw: the paper's scores; shipped: the head's calibration.json (minieagle calibrate)",
+    )  # fmt: skip
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     for name in ("repeats", "new_tokens", "prompts_per_corpus"):
@@ -258,6 +265,14 @@ def main(argv=None) -> dict:
     else:
         args.head = args.head or str(DEFAULT_HEAD)
         head = load_head(args.head)
+    scores = None
+    if args.scores == "shipped":
+        scores = shipped_calibration(args.head)
+        if scores is None:
+            raise SystemExit(
+                f"error: --scores shipped: {args.head} has no calibration.json for its weights; "
+                f"write one with minieagle calibrate --head {args.head}"
+            )
     prompts = heldout_prompts(tokenizer, per_corpus=args.prompts_per_corpus)
     results = sweep(
         params,
@@ -270,9 +285,11 @@ def main(argv=None) -> dict:
         new_tokens=args.new_tokens,
         repeats=args.repeats,
         method=args.method,
+        calibration=scores,
     )
     results["settings"] = {
         "method": args.method,
+        "scores": args.scores,
         "model": args.model,
         "head": args.head,
         "top_k": args.top_k,

@@ -165,7 +165,7 @@ def test_the_root_logits_equal_one_uncached_head_forward(head):
 
 def test_build_drafter_eagle3_defaults_and_errors():
     drafter = build_drafter("eagle3", target=(TARGET, CONFIG), head=REDUCED)
-    assert (drafter.depth, drafter.top_k, drafter.total_tokens) == (5, 8, 26)
+    assert (drafter.depth, drafter.top_k, drafter.total_tokens) == (7, 8, 26)
     with pytest.raises(ValueError, match="needs the target and a trained eagle3 head"):
         build_drafter("eagle3", target=(TARGET, CONFIG))
     wide = CONFIG.replace(hidden_size=32)

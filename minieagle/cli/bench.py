@@ -46,14 +46,20 @@ def cmd_bench(args) -> int:
     if args.suite in ("methods", "all"):
         from minieagle.bench import prompt_set
         from minieagle.bench_methods import compare_methods, format_report
+        from minieagle.drafters.eagle2 import EAGLE2_DEFAULTS, EAGLE3_DEFAULTS
 
         target, config, tokenizer = load_target(args.model, args.device)
         methods = {}
         # Today's fixed sizes beside the automatic ones (docs/speed.md): the EAGLE-1 26-node
         # tree, chains of 3 and 5 and the chain sized for this machine; EAGLE-2 and EAGLE-3
         # sized automatically (--depth / --tree-top-k / --total-tokens constrain or fix them)
-        # and at the fixed depth 5, top_k 8, 26 tokens.
+        # and at each method's fixed default tree of 26 tokens, top_k 8 (EAGLE2_DEFAULTS: depth
+        # 5; EAGLE3_DEFAULTS: depth 7, the paper's deeper tree).
         given = (args.depth, args.tree_top_k, args.total_tokens)
+
+        def sizes(defaults: dict) -> tuple:
+            return defaults["depth"], defaults["top_k"], defaults["total_tokens"]
+
         variants = [
             ("vanilla", "vanilla", "default", (None, None, None)),
             ("draft-model", "draft-model", "default", (None, None, None)),
@@ -62,9 +68,9 @@ def cmd_bench(args) -> int:
             ("eagle1-chain5", "eagle1", "chain", (5, None, None)),
             ("eagle1-chain-auto", "eagle1", "auto", (None, None, None)),
             ("eagle2", "eagle2", "default", given),
-            ("eagle2-26", "eagle2", "default", (5, 8, 26)),
+            ("eagle2-26", "eagle2", "default", sizes(EAGLE2_DEFAULTS)),
             ("eagle3", "eagle3", "default", given),
-            ("eagle3-26", "eagle3", "default", (5, 8, 26)),
+            ("eagle3-26", "eagle3", "default", sizes(EAGLE3_DEFAULTS)),
             ("pld", "pld", "default", (None, None, None)),
             ("medusa", "medusa", "default", (None, None, None)),
         ]
