@@ -367,3 +367,26 @@ def test_sharpened_scores_are_the_log_softmax_of_the_halved_logits(monkeypatch):
     np.testing.assert_allclose(drafter._log_accept(logits, tokens, None), expected)
     with pytest.raises(ValueError, match="sampled_tree=False"):
         drafter._log_accept(None, None, None)
+
+
+def test_the_tree_size_sweep_runs_with_raw_and_shipped_scores(monkeypatch, tmp_path):
+    """benchmarks/eagle2_sweep.py at its smallest, for both methods: a grid point per (depth,
+    total), the scores it ranked by recorded, greedy outputs equal to vanilla's; --scores
+    shipped on a head without calibration.json is refused naming the command that writes it."""
+    import shutil
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    sweep = importlib.import_module("eagle2_sweep")
+    small = ["--depths", "1", "2", "--totals", "4", "--repeats", "1", "--new-tokens", "8",
+             "--prompts-per-corpus", "1"]  # fmt: skip
+    for method in ("eagle2", "eagle3"):
+        for scores in ("raw", "shipped"):
+            out = tmp_path / f"{method}-{scores}.json"
+            results = sweep.main(["--method", method, *small, "--scores", scores, "--out", str(out)])
+            assert results["settings"]["scores"] == scores and out.is_file()
+            assert len(results["grid"]) == 2
+    bare = tmp_path / "bare-eagle1"
+    shutil.copytree(BENCHMARKS.parent / "minieagle" / "pretrained" / "small-eagle1", bare)
+    (bare / "calibration.json").unlink()
+    with pytest.raises(SystemExit, match="has no calibration.json .* minieagle calibrate"):
+        sweep.main(["--head", str(bare), *small, "--scores", "shipped"])
