@@ -382,7 +382,8 @@ def test_the_tree_size_sweep_runs_with_raw_and_shipped_scores(monkeypatch, tmp_p
     for method in ("eagle2", "eagle3"):
         for scores in ("raw", "shipped"):
             out = tmp_path / f"{method}-{scores}.json"
-            results = sweep.main(["--method", method, *small, "--scores", scores, "--out", str(out)])
+            argv = ["--method", method, *small, "--scores", scores, "--out", str(out)]
+            results = sweep.main(argv)
             assert results["settings"]["scores"] == scores and out.is_file()
             assert len(results["grid"]) == 2
     bare = tmp_path / "bare-eagle1"
