@@ -296,7 +296,13 @@ def test_calibrate_ships_maps_that_decoding_uses_by_default(tmp_path, capsys):
     each setting used exactly where its validation τ beat the raw one; generate then ranks by
     it unless --calibration none; once the weights change (a retrained head) it is not used,
     with a warning naming the command that refits it."""
-    from minieagle.calibration import HeadCalibration, load_head_calibration, save_head_calibration
+    from minieagle.calibration import (
+        HeadCalibration,
+        TemperatureScores,
+        fit_calibration,
+        load_head_calibration,
+        save_head_calibration,
+    )
     from minieagle.checkpoint import target_fingerprint
 
     head = _copy_head(PRETRAINED / "small-eagle1", tmp_path / "head")
@@ -310,11 +316,24 @@ def test_calibrate_ships_maps_that_decoding_uses_by_default(tmp_path, capsys):
         helped = numbers["tau_calibrated"] > numbers["tau_raw"]
         helped &= numbers["prompts_above_raw"] > numbers["prompts_below_raw"]
         assert maps.use[setting] == helped
+        candidates = numbers["candidates"]  # the isotonic map, and temperatures for top-k trees
+        expected = {"isotonic"} if setting.endswith(",sampled") else {"isotonic", "temperature"}
+        assert set(candidates) == expected
+        helping = {n: c["tau"] for n, c in candidates.items() if c["helps"]}
+        assert numbers["kind"] == (max(helping, key=helping.get) if helping else "isotonic")
+        assert maps.use[setting] == bool(helping)
+        if numbers["kind"] == "temperature":  # the grid's best on the training prompts
+            tau = maps.maps[setting].training_tau
+            assert set(tau) == {0.25, 0.35, 0.5, 0.7}
+            assert tau[maps.maps[setting].temperature] == max(tau.values())
     assert maps.provenance["command"].startswith(f"minieagle calibrate --head {head}")
     assert maps.provenance["validation"]["split"] == "val"
-    # Six tokens decide little: from here on every map is marked as having helped.
+    # Six tokens decide little: from here on every map is marked as having helped, the T = 0
+    # scores being the isotonic map (the temperature scores are checked after).
     everywhere = dict.fromkeys(maps.maps, True)
-    save_head_calibration(HeadCalibration(maps.head, maps.maps, everywhere), written)
+    isotonic = {**maps.maps, "T=0": fit_calibration([(0.2, True), (0.4, False)] * 5,
+                                                    setting="T=0", head=maps.head)}  # fmt: skip
+    save_head_calibration(HeadCalibration(maps.head, isotonic, everywhere), written)
     base = ["generate", "The garbage collector", "--max-new-tokens", "8", "--method", "eagle2",
             "--head", str(head), "--total-tokens", "8", "--stats"]  # fmt: skip
     for extra, line in (
@@ -325,6 +344,12 @@ def test_calibrate_ships_maps_that_decoding_uses_by_default(tmp_path, capsys):
     ):  # fmt: skip
         assert main([*base, *extra]) == 0
         assert f"[dynamic tree: {line}" in capsys.readouterr().err
+    scaled = {**isotonic, "T=0": TemperatureScores(0.35, "T=0", maps.head)}
+    save_head_calibration(HeadCalibration(maps.head, scaled, everywhere), written)
+    assert main(base) == 0
+    assert "[dynamic tree: top-k tree, temperature scores, t = 0.35 (T=0)]" in (
+        capsys.readouterr().err
+    )
     weights = head / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[8 + int.from_bytes(data[:8], "little")] ^= 1  # the first weight's lowest bit: retrained

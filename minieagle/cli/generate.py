@@ -44,7 +44,12 @@ def tree_options_line(drafter) -> str:
     """How a dynamic-tree drafter decoded: its tree and its scores (and the map's setting)."""
     tree = "sampled tree" if drafter.tree_sampled else "top-k tree"
     used = drafter.active_calibration
-    scores = f"calibrated scores ({used.setting} map)" if used is not None else "raw scores"
+    if used is None:
+        scores = "raw scores"
+    elif hasattr(used, "temperature"):  # TemperatureScores
+        scores = f"temperature scores, t = {used.temperature:g} ({used.setting})"
+    else:
+        scores = f"calibrated scores ({used.setting} map)"
     return f"dynamic tree: {tree}, {scores}"
 
 
