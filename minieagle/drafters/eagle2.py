@@ -91,9 +91,9 @@ EAGLE2_DEFAULTS = {
 # EAGLE-3: the same node budget as EAGLE-2, the tree deepened to depth 7 (8 levels), as the paper
 # does. With the shipped head and its scores, depth 7 against 5 at 26 nodes: tau 6.65 against
 # 5.63 and 0.68x against 0.62x vanilla's speed on this CPU (held-out prompts, T = 0,
-# docs/results/eagle3-depth-sweep-shipped.json), tau 4.38 against 4.07 at T = 1. (For the EAGLE-1
-# head depth 7 raised tau too, 5.51 against 5.02, but not the speed, 0.66x against 0.68x: EAGLE-2
-# keeps its paper's depth 5.)
+# docs/results/eagle3-depth-sweep-shipped.json), tau 4.20 against 4.04 at T = 1
+# (docs/results/default-tau.json). For the EAGLE-1 head depth 7 raised tau too, 5.51 against
+# 5.02, but not the speed, 0.66x against 0.68x: EAGLE-2 keeps its paper's depth 5.
 EAGLE3_DEFAULTS = {"depth": 7, "top_k": DEFAULT_TOP_K, "total_tokens": DEFAULT_TOTAL_TOKENS}
 
 
@@ -180,8 +180,7 @@ class Eagle2Drafter(HeadDrafter):
             sampled = getattr(self.sizing, "sampled_tree", True)
         self.tree_sampled = bool(sampled) and not sampling.greedy
         self.active_calibration = self._calibration_for(sampling)
-        used = self.active_calibration  # temperature scores never reach a sampled tree:
-        # they are fitted for a top-k tree's setting only (TemperatureScores refuses the other)
+        used = self.active_calibration
         return {
             "depth": self.depth,
             "top_k": self.top_k,
