@@ -105,6 +105,7 @@ def calibrate_head(
     val_prompts: int = 8,
     fit_tokens: int = 64,
     val_tokens: int = 48,
+    temperatures=TEMPERATURES,
     command: str = "",
     log=None,
 ) -> HeadCalibration:
@@ -112,7 +113,9 @@ def calibrate_head(
     head; "eagle3") on `target` (prepared or params, its `config`, `tokenizer`), at the
     method's default tree sizes (`drafters.eagle2.EAGLE2_DEFAULTS` / `EAGLE3_DEFAULTS`).
     fit_prompts / val_prompts: per corpus (prose, code), of the train / val split; fit_tokens,
-    val_tokens: new tokens per prompt. log: a callable receiving one line per step."""
+    val_tokens: new tokens per prompt. temperatures: the grid a top-k tree's temperature scores
+    are fitted over (empty: the isotonic maps only). log: a callable receiving one line per
+    step."""
     from minieagle.drafters import load_draft_head
     from minieagle.drafters.eagle2 import EAGLE2_DEFAULTS, EAGLE3_DEFAULTS, Eagle2Drafter
 
@@ -139,13 +142,13 @@ def calibrate_head(
         records = record_calibration(target, config, drafter(sampled), train, sampling,
                                      new_tokens=fit_tokens)  # fmt: skip
         candidates = {"isotonic": fit_calibration(records, setting=setting, head=fingerprint)}
-        if not sampled:  # temperature scores rank a top-k tree's children
+        if not sampled and temperatures:  # temperature scores rank a top-k tree's children
             training_tau = {
                 t: validation_tau(target, config, drafter(False, TemperatureScores(t, setting)),
                                   train, sampling, new_tokens=fit_tokens)["tau"]
-                for t in TEMPERATURES
+                for t in temperatures
             }  # fmt: skip
-            best = max(TEMPERATURES, key=lambda t: (training_tau[t], t))
+            best = max(temperatures, key=lambda t: (training_tau[t], t))
             candidates["temperature"] = TemperatureScores(best, setting, fingerprint, training_tau)
         raw = validation_tau(target, config, drafter(sampled), val, sampling,
                              new_tokens=val_tokens)  # fmt: skip
@@ -201,6 +204,6 @@ def calibrate_head(
                        "new_tokens": val_tokens, "seeds": "prose 0, code 1; prompt i with "
                        "seed i", "rule": "of the candidates whose tau is above the raw and "
                        "on more prompts gain than lose, the one of the highest tau is used"},
-        "temperatures": list(TEMPERATURES),
+        "temperatures": list(temperatures),
     }  # fmt: skip
     return HeadCalibration(fingerprint, maps, use, validation, provenance)

@@ -464,3 +464,26 @@ def test_export_refuses_a_full_directory_that_holds_no_export(tmp_path, capsys):
     earlier = tmp_path / "earlier"
     assert main([*EXPORT, "--out", str(earlier)]) == 0
     assert main([*EXPORT, "--out", str(earlier)]) == 0
+
+
+def test_calibrate_takes_a_temperature_grid_or_none(tmp_path, capsys):
+    """--temperatures narrows the grid a top-k tree's temperature scores are fitted over (and
+    the command recorded says so); none fits the isotonic maps alone; a bad grid is one error
+    naming the value."""
+    from minieagle.calibration import load_head_calibration
+
+    head = _copy_head(PRETRAINED / "small-eagle1", tmp_path / "head")
+    tiny = ["--fit-prompts", "1", "--val-prompts", "1", "--fit-tokens", "6", "--val-tokens", "6"]
+    assert main(["calibrate", "--head", str(head), *tiny, "--temperatures", "0.5"]) == 0
+    maps = load_head_calibration(capsys.readouterr().out.strip())
+    assert maps.provenance["temperatures"] == [0.5]
+    assert maps.provenance["command"].endswith("--temperatures 0.5")
+    for setting in ("T=0", "T=1"):
+        assert set(maps.validation[setting]["candidates"]) == {"isotonic", "temperature"}
+    assert main(["calibrate", "--head", str(head), *tiny, "--temperatures", "none"]) == 0
+    maps = load_head_calibration(capsys.readouterr().out.strip())
+    assert maps.provenance["temperatures"] == []
+    assert all(set(v["candidates"]) == {"isotonic"} for v in maps.validation.values())
+    for bad in ("0", "0.5,-1", "x", "nan"):
+        assert main(["calibrate", "--head", str(head), *tiny, "--temperatures", bad]) == 2
+        assert f"--temperatures: '{bad}': expected temperatures > 0" in capsys.readouterr().err

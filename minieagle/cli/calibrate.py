@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import argparse
 import shlex
 from pathlib import Path
 
+from minieagle.calibrate import TEMPERATURES
 from minieagle.cli.flags import DEFAULT_MODEL, integer
 from minieagle.cli.methods import load_target
 from minieagle.errors import InvalidInputError
@@ -32,10 +34,12 @@ def cmd_calibrate(args) -> int:
         raise InvalidInputError(f"--out {out}: the directory {out.parent} does not exist")
     target, config, tokenizer = load_target(args.model)
     model = [] if args.model == str(DEFAULT_MODEL) else ["--model", args.model]
+    grid = ",".join(f"{t:g}" for t in args.temperatures) or "none"
     command = shlex.join(
         ["minieagle", "calibrate", "--head", args.head or head_dir.name, *model, "--method",
          method, "--fit-prompts", str(args.fit_prompts), "--val-prompts", str(args.val_prompts),
-         "--fit-tokens", str(args.fit_tokens), "--val-tokens", str(args.val_tokens)]
+         "--fit-tokens", str(args.fit_tokens), "--val-tokens", str(args.val_tokens),
+         *(["--temperatures", grid] if args.temperatures != TEMPERATURES else [])]
     )  # fmt: skip
     fitted = calibrate_head(
         target,
@@ -48,6 +52,7 @@ def cmd_calibrate(args) -> int:
         val_prompts=args.val_prompts,
         fit_tokens=args.fit_tokens,
         val_tokens=args.val_tokens,
+        temperatures=args.temperatures,
         command=command,
     )
     save_head_calibration(fitted, out)
@@ -94,4 +99,29 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--val-tokens", dest="val_tokens", type=integer(1, "a count such as 48"), default=48
     )
+    p.add_argument(
+        "--temperatures",
+        type=temperature_grid,
+        default=TEMPERATURES,
+        help="the temperatures a top-k tree's scores are fitted over, comma-separated (default "
+        f"{','.join(f'{t:g}' for t in TEMPERATURES)}; each one decodes the training prompts "
+        "once more per setting); none: the isotonic maps only",
+    )
     p.set_defaults(func=cmd_calibrate, method=None)
+
+
+def temperature_grid(text: str) -> tuple:
+    """--temperatures: "none", or positive finite numbers separated by commas."""
+    import math
+
+    if text.strip().lower() == "none":
+        return ()
+    try:
+        values = tuple(float(t) for t in text.split(",") if t.strip())
+    except ValueError:
+        values = ()
+    if not values or not all(math.isfinite(t) and t > 0 for t in values):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected temperatures > 0 separated by commas, e.g. 0.35,0.5, or none"
+        )
+    return values
