@@ -8,7 +8,10 @@ chat prompts at T = 0 and T = 1, with the fraction of greedy outputs that differ
 The prompts are chat requests rendered with the model's own template: "heldout-chat" asks about
 passages of the corpora's test splits (the heads trained on requests about the train splits),
 "ood-chat" about passages from other packages' docs and code (minieagle/data/ood_prompts.jsonl)
-plus two questions that name no passage. The heads default to the shipped
+plus two questions that name no passage. Beside the fixed trees (26 nodes, raw scores), the
+`*-cli` rows are the drafters `minieagle generate --method M --head H` builds with its defaults
+(`cli.methods.drafter_factory`: the tree sized for this machine, the head's shipped scores),
+and `pld` is prompt lookup. The heads default to the shipped
 minieagle/pretrained/smollm2-eagle1 and smollm2-eagle3 (docs/real_models.md says how they were
 trained). SmolLM2 has no smaller sibling sharing its tokenizer, so there is no draft-model row.
 """
@@ -61,6 +64,16 @@ def chat_prompts(tokenizer, template: str, passage_chars: int = 400) -> list[tup
     return prompts
 
 
+def cli_drafter(model: str, method: str, head: str, extra: list, target, tokenizer):
+    """A maker of the drafter `minieagle generate --model MODEL --method METHOD --head HEAD
+    [extra]` decodes with: the CLI's own parser and factory, so its defaults are the CLI's."""
+    from minieagle.cli import build_parser
+    from minieagle.cli.methods import drafter_factory
+
+    argv = ["generate", "-", "--model", model, "--method", method, "--head", head, *extra]
+    return drafter_factory(build_parser().parse_args(argv), target[1], target[0], tokenizer)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="checkpoint directory (default: SmolLM2 from the cache)")
@@ -90,6 +103,13 @@ def main(argv=None) -> int:
     if Path(args.eagle3_head, "model.safetensors").is_file():
         eagle3 = load_eagle3_head(args.eagle3_head, target_config=config, target_dir=args.model)
         methods["eagle3"] = lambda: build_drafter("eagle3", target=target, head=eagle3)
+    cli_heads = (("eagle1", args.eagle1_head, ["--tree", "auto"]), ("eagle2", args.eagle1_head, []),
+                 ("eagle3", args.eagle3_head, []))  # fmt: skip
+    for method, head, extra in cli_heads:
+        if Path(head, "model.safetensors").is_file():
+            methods[f"{method}-cli"] = cli_drafter(args.model, method, head, extra, target,
+                                                   tokenizer)  # fmt: skip
+    methods["pld"] = lambda: build_drafter("pld", target=target)
     results = {
         "model": args.model,
         "heads": {"eagle1": args.eagle1_head, "eagle3": args.eagle3_head},

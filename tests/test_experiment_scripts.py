@@ -10,6 +10,7 @@ import importlib
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from minieagle.errors import InvalidInputError
@@ -391,3 +392,27 @@ def test_the_tree_size_sweep_runs_with_raw_and_shipped_scores(monkeypatch, tmp_p
     (bare / "calibration.json").unlink()
     with pytest.raises(SystemExit, match="has no calibration.json .* minieagle calibrate"):
         sweep.main(["--head", str(bare), *small, "--scores", "shipped"])
+
+
+def test_the_smollm2_methods_script_builds_the_clis_own_drafters(monkeypatch):
+    """benchmarks/smollm2_methods.py's `*-cli` rows are what `minieagle generate` builds (its
+    parser and factory); checked on the tiny target, whose greedy output they keep."""
+    from minieagle import inference
+    from minieagle.checkpoint import load_checkpoint
+    from minieagle.generate import generate
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    script = importlib.import_module("smollm2_methods")
+    pretrained = BENCHMARKS.parent / "minieagle" / "pretrained"
+    params, config, tokenizer = load_checkpoint(pretrained / "small", dtype=np.float32)
+    target = (inference.prepare(params, config), config)
+    ids = tokenizer.encode("def read_config(path):\n", add_bos=True)
+    vanilla = generate(*target, ids, max_new_tokens=12).tokens
+    fixed = ["--total-tokens", "8", "--depth", "2", "--tree-top-k", "2"]  # no sizing measured
+    for method, head in (("eagle2", "small-eagle1"), ("eagle3", "small-eagle3")):
+        make = script.cli_drafter(str(pretrained / "small"), method, str(pretrained / head),
+                                  fixed, target, tokenizer)  # fmt: skip
+        drafter = make()
+        assert generate(*target, ids, drafter=drafter, max_new_tokens=12).tokens == vanilla
+        assert (drafter.depth, drafter.top_k, drafter.total_tokens) == (2, 2, 8)
+        assert drafter.active_calibration is not None  # the head's shipped T = 0 scores
