@@ -72,6 +72,7 @@ SIZES = {"eagle2": EAGLE2_DEFAULTS, "eagle3": EAGLE3_DEFAULTS}
 HEADS = {"eagle2": DEFAULT_HEAD, "eagle3": DEFAULT_HEAD.parent / "small-eagle3"}
 TITLES = {"eagle2": "EAGLE-2", "eagle3": "EAGLE-3"}
 SHARPEN = 0.5  # the lead: draft logits / 0.5 where the tree scores candidates
+SHARPENED = TemperatureScores(SHARPEN, "T=0")  # the same scores at every setting
 RESULTS = Path(__file__).resolve().parent.parent / "docs" / "results"
 
 
@@ -86,7 +87,7 @@ class SharpenedScores(Eagle2Drafter):
                 "sharpened scores rank a top-k tree; the sampled tree has no tokens "
                 "to score before it draws them: pass sampled_tree=False"
             )
-        return TemperatureScores(SHARPEN, "T=0").log_acceptance_of_logits(logits, tokens)
+        return SHARPENED.log_acceptance_of_logits(logits, tokens)
 
 
 class Recorder:

@@ -161,10 +161,6 @@ class TemperatureScores:
             )
         object.__setattr__(self, "temperature", float(t))
 
-    @property
-    def records(self) -> int:
-        return 0  # fitted on τ, not on records
-
     def log_acceptance_of_logits(self, logits, tokens) -> np.ndarray:
         """The score terms [F, k] of the children `tokens` [F, k] of F nodes whose head logits
         are `logits` [F, V] (-inf outside an EAGLE-3 head's draft vocabulary): finite, <= 0."""

@@ -56,7 +56,7 @@ import numpy as np
 
 from minieagle import __version__, inference
 from minieagle.cache import cache_root
-from minieagle.calibration import fit_calibration
+from minieagle.calibration import TemperatureScores, fit_calibration
 from minieagle.config import LlamaConfig
 from minieagle.costs import measure_verify_cost
 from minieagle.dynamic_tree import Pool, pool_depths, rerank
@@ -668,7 +668,7 @@ def calibration_id(calibration) -> str:
     with one map are never read for another."""
     if calibration is None:
         return "none"
-    if hasattr(calibration, "temperature"):  # TemperatureScores: its one parameter
+    if isinstance(calibration, TemperatureScores):  # its one parameter
         knots = np.float64(calibration.temperature).tobytes()
     else:
         knots = np.concatenate([calibration.confidence, calibration.acceptance]).tobytes()

@@ -387,6 +387,12 @@ def test_the_tree_size_sweep_runs_with_raw_and_shipped_scores(monkeypatch, tmp_p
             results = sweep.main(argv)
             assert results["settings"]["scores"] == scores and out.is_file()
             assert len(results["grid"]) == 2
+    # the scores reach the trees: a deeper tree, where the EAGLE-3 head's shipped T = 0 scores
+    # (temperature scores) draft differently from raw ones
+    deeper = ["--method", "eagle3", "--depths", "3", "--totals", "26", "--repeats", "1",
+              "--new-tokens", "24", "--prompts-per-corpus", "1"]  # fmt: skip
+    taus = [sweep.main([*deeper, "--scores", s])["grid"][0]["tau"] for s in ("raw", "shipped")]
+    assert taus[0] != taus[1]
     bare = tmp_path / "bare-eagle1"
     shutil.copytree(BENCHMARKS.parent / "minieagle" / "pretrained" / "small-eagle1", bare)
     (bare / "calibration.json").unlink()

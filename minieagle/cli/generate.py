@@ -43,10 +43,12 @@ def cmd_generate(args) -> int:
 def tree_options_line(drafter) -> str:
     """How a dynamic-tree drafter decoded: its tree and its scores (and the map's setting)."""
     tree = "sampled tree" if drafter.tree_sampled else "top-k tree"
+    from minieagle.calibration import TemperatureScores
+
     used = drafter.active_calibration
     if used is None:
         scores = "raw scores"
-    elif hasattr(used, "temperature"):  # TemperatureScores
+    elif isinstance(used, TemperatureScores):
         scores = f"temperature scores, t = {used.temperature:g} ({used.setting})"
     else:
         scores = f"calibrated scores ({used.setting} map)"
