@@ -123,18 +123,30 @@ if ! running "distill --target $M" && ! running "train eagle. --target $M"; then
       --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps 320 --lr 3e-3 \
       --warmup-steps 50 --ttt-steps 3 --draft-vocab-size 8192 --lm-head-init target \
       --eval-every 400 --eval-batches 2 --save-every 25 --export-dtype float16 \
-      --out-dir $S/eagle3 >$S/train-eagle3.log 2>&1 &
+      --out-dir $S/eagle3 >>$S/train-eagle3.log 2>&1 &
     minieagle train eagle1 --target $M --data features --features $S/chat-T0 $S/chat-T1 \
       --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps 320 --lr 3e-3 \
       --warmup-steps 50 --eval-every 400 --eval-batches 2 --save-every 25 \
-      --export-dtype float16 --out-dir $S/eagle1 >$S/train-eagle1.log 2>&1 &
+      --export-dtype float16 --out-dir $S/eagle1 >>$S/train-eagle1.log 2>&1 &
+    wait" >"$S/pipeline.log" 2>&1 &
+fi
+
+# 4. Each trained head's scores fitted on chat requests (`minieagle calibrate`, beside the head),
+#    as soon as its training ends; then both heads measured on held-out chat prompts, every
+#    method side by side (tau at T = 0 and 1, speed against vanilla, greedy outputs against
+#    vanilla's), once.
+if ! running "pgrep -f .train .h --target" && ! running "calibrate --head $S/eagle" \
+    && ! running smollm2_methods.py && [ ! -f $S/smollm2-methods.json ]; then
+  nohup nice -n 5 bash -c "
+    for h in eagle3 eagle1; do
+      (while pgrep -f \"train \$h --target $M\" >/dev/null; do sleep 60; done
+       [ -f $S/\$h/final/model.safetensors ] && [ ! -f $S/\$h/final/calibration.json ] &&
+         minieagle calibrate --head $S/\$h/final --model $M >$S/calibrate-\$h.log 2>&1) &
+    done
     wait
-    # 4. Both heads measured on chat prompts, every method side by side (tau at T = 0 and 1,
-    #    speed against vanilla, greedy outputs against vanilla's), once.
-    [ -f $S/eagle3/final/model.safetensors ] && [ -f $S/eagle1/final/model.safetensors ] &&
-      [ ! -f $S/smollm2-methods.json ] &&
+    [ -f $S/eagle3/final/calibration.json ] && [ -f $S/eagle1/final/calibration.json ] &&
       python benchmarks/smollm2_methods.py --model $M --eagle1-head $S/eagle1/final \
         --eagle3-head $S/eagle3/final --out $S/smollm2-methods.json >$S/methods.log 2>&1" \
-    >"$S/pipeline.log" 2>&1 &
+    >"$S/finish.log" 2>&1 &
 fi
 echo "started; see: bash benchmarks/heads_at_scale.sh status"

@@ -5,17 +5,18 @@
 (docs/calibration.md, "Shipped maps"). For each sampling setting the dynamic tree decodes
 with by default, T = 0 (top-k tree), T = 1 (top-k tree) and T = 1 with the sampled tree:
 
-1. Fit: decode TRAINING prompts (`calibration.training_prompts`, windows of the corpora's
-   train split) with the raw drafter at the method's default sizes, keep its
-   (confidence, accepted) records, fit the isotonic map (`calibration.fit_calibration`). For
-   a top-k tree (T = 0, T = 1) also decode them with temperature-scaled scores
-   (`calibration.TemperatureScores`) at each temperature of `TEMPERATURES` and keep the one of
-   the highest τ (ties: the higher temperature, the nearer raw scores).
-2. Decide: decode VALIDATION prompts (`calibration.validation_prompts`, the val split; never
-   the test split τ is reported on) with the raw drafter and with each candidate, same
-   prompts and seeds. A candidate helps where its pooled τ is higher than raw's and more
-   prompts gain than lose (a tie in either says it does not help); of those that help, the
-   one of the highest τ is used by default; where none helps, the isotonic map is kept, unused.
+1. Fit: decode TRAINING prompts (`calibration.tuning_prompts`: windows of the corpora's
+   train split, or for a target with a chat template requests about them rendered with it)
+   with the raw drafter at the method's default sizes, keep its (confidence, accepted)
+   records, fit the isotonic map (`calibration.fit_calibration`). For a top-k tree (T = 0,
+   T = 1) also decode them with temperature-scaled scores (`calibration.TemperatureScores`) at
+   each temperature of `TEMPERATURES` and keep the one of the highest τ (ties: the higher
+   temperature, the nearer raw scores).
+2. Decide: decode VALIDATION prompts (the same, from the val split; never the test split τ is
+   reported on) with the raw drafter and with each candidate, same prompts and seeds. A
+   candidate helps where its pooled τ is higher than raw's and more prompts gain than lose (a
+   tie in either says it does not help); of those that help, the one of the highest τ is used
+   by default; where none helps, the isotonic map is kept, unused.
 
 The file records the head's fingerprint (a map never applies to other weights), the target's,
 the validation τ of raw scores and of every candidate per setting with their per-prompt values,
@@ -30,11 +31,12 @@ import time
 import numpy as np
 
 from minieagle.calibration import (
+    CHAT_PASSAGE_TOKENS,
     HeadCalibration,
     TemperatureScores,
     fit_calibration,
-    training_prompts,
-    validation_prompts,
+    tuning_prompts,
+    tuning_template,
 )
 from minieagle.checkpoint import target_fingerprint
 from minieagle.errors import InvalidInputError
@@ -126,10 +128,9 @@ def calibrate_head(
     head = load_draft_head(method, head_dir, (target, config), target_dir=target_dir)
     sizes = EAGLE2_DEFAULTS if method == "eagle2" else EAGLE3_DEFAULTS
     fingerprint = target_fingerprint(head_dir)
-    train = training_prompts(tokenizer, "prose", fit_prompts, seed=0)
-    train += training_prompts(tokenizer, "code", fit_prompts, seed=1)
-    val = validation_prompts(tokenizer, "prose", val_prompts, seed=0)
-    val += validation_prompts(tokenizer, "code", val_prompts, seed=1)
+    train = tuning_prompts(tokenizer, "train", fit_prompts)
+    val = tuning_prompts(tokenizer, "val", val_prompts)
+    chat = tuning_template(tokenizer) is not None
 
     def drafter(sampled: bool, calibration=None):
         return lambda: Eagle2Drafter(target, config, *head, **sizes, sampled_tree=sampled,
@@ -198,6 +199,8 @@ def calibrate_head(
         "method": method,
         "target_fingerprint": target_fingerprint(target_dir),
         "tree": dict(sizes),
+        "prompts": (f"chat requests about passages of {CHAT_PASSAGE_TOKENS} tokens, rendered "
+                    "with the target's chat template" if chat else "text windows of 32 tokens"),
         "fit": {"split": "train", "prompts_per_corpus": fit_prompts, "new_tokens": fit_tokens,
                 "seeds": "prose 0, code 1; prompt i decodes with seed i"},
         "validation": {"split": "val", "prompts_per_corpus": val_prompts,

@@ -327,26 +327,58 @@ def load_calibration(
     return calibration
 
 
+# A chat request's passage, in tokens: as long as the SmolLM2 heads' training requests
+# (`minieagle distill --source chat --prompt-tokens 48`, benchmarks/heads_at_scale.sh).
+CHAT_PASSAGE_TOKENS = 48
+
+
 def training_prompts(
-    tokenizer, corpus: str, count: int, length: int = 32, seed: int = 0
+    tokenizer, corpus: str, count: int, length: int = 32, seed: int = 0, *, chat_template=None
 ) -> list[tuple[str, list[int]]]:
     """(corpus, ids): `count` prompts of `length` tokens (<bos> first) cut from random places
     of `corpus`'s TRAIN split ("prose" or "code"), each window starting at a line start, from
     distinct documents chosen with `seed`. Never the test split that `bench.heldout_prompts`
-    reports on: a calibration fitted on the prompts it is judged on would flatter itself."""
-    return _window_prompts(tokenizer, corpus, "train", count, length, seed)
+    reports on: a calibration fitted on the prompts it is judged on would flatter itself.
+
+    chat_template: for an instruct target (`tuning_template`): each window, less its <bos>,
+    becomes the passage of a user request (one of `distill.CHAT_REQUESTS`, drawn with `seed`)
+    rendered with the template, which ends with the cue for the answer: the kind of prompt such
+    a target is used with and its heads trained on (`tuning_prompts` sizes the passages)."""
+    return _window_prompts(tokenizer, corpus, "train", count, length, seed, chat_template)
 
 
 def validation_prompts(
-    tokenizer, corpus: str, count: int, length: int = 32, seed: int = 0
+    tokenizer, corpus: str, count: int, length: int = 32, seed: int = 0, *, chat_template=None
 ) -> list[tuple[str, list[int]]]:
     """As `training_prompts`, from the VALIDATION split: the prompts on which a fitted map is
     judged before it becomes a head's default (`minieagle calibrate`), neither the prompts it
     was fitted on nor the test-split prompts τ is reported on."""
-    return _window_prompts(tokenizer, corpus, "val", count, length, seed)
+    return _window_prompts(tokenizer, corpus, "val", count, length, seed, chat_template)
 
 
-def _window_prompts(tokenizer, corpus, split, count, length, seed):
+def tuning_template(tokenizer) -> str | None:
+    """The chat template that a target's tuning prompts (calibration, tree sizing) are rendered
+    with: the tokenizer's own (an instruct model such as SmolLM2 is used through it), or None
+    for a target without one (the small target: plain text windows)."""
+    template = getattr(tokenizer, "chat_template", None)
+    return template if isinstance(template, str) and template.strip() else None
+
+
+def tuning_prompts(tokenizer, split: str, count: int, seeds=(0, 1)) -> list[tuple[str, list]]:
+    """`count` prose then `count` code prompts of `split` ("train": fitting and sizing; "val":
+    judging), drawn with `seeds` (prose, code): windows of 32 tokens, or for a target with a
+    chat template (`tuning_template`) requests about passages of CHAT_PASSAGE_TOKENS tokens."""
+    template = tuning_template(tokenizer)
+    length = 32 if template is None else CHAT_PASSAGE_TOKENS + 1  # + its <bos>, dropped
+    make = {"train": training_prompts, "val": validation_prompts}[split]
+    return [
+        prompt
+        for corpus, seed in zip(("prose", "code"), seeds, strict=True)
+        for prompt in make(tokenizer, corpus, count, length, seed, chat_template=template)
+    ]
+
+
+def _window_prompts(tokenizer, corpus, split, count, length, seed, chat_template=None):
     from minieagle.data import load_split
 
     for name, value, least in (("count", count, 1), ("length", length, 2)):
@@ -368,7 +400,20 @@ def _window_prompts(tokenizer, corpus, split, count, length, seed):
         start = line + 1 if line >= 0 else start
         ids = tokenizer.encode(text[start : start + span], add_bos=True)[:length]
         prompts.append((corpus, ids))
-    return prompts
+    if chat_template is None:
+        return prompts
+    return [(kind, _chat_request(tokenizer, chat_template, ids[1:], rng)) for kind, ids in prompts]
+
+
+def _chat_request(tokenizer, template: str, passage_ids, rng) -> list[int]:
+    """A user request (one of `distill.CHAT_REQUESTS`, drawn with rng) about the passage
+    `passage_ids`, rendered with `template` up to the cue for the answer."""
+    from minieagle.chat import encode_chat
+    from minieagle.distill import CHAT_REQUESTS
+
+    request = CHAT_REQUESTS[int(rng.integers(len(CHAT_REQUESTS)))]
+    content = request.format(passage=tokenizer.decode([int(t) for t in passage_ids]).strip())
+    return encode_chat(tokenizer, template, [{"role": "user", "content": content}])
 
 
 # ---------------------------------------------------------------------------- a head's maps

@@ -681,22 +681,23 @@ def make_sizer(target, config, head, tokenizer, *, identity: str, chain_only: bo
     """A sizer for a drafter (`Eagle2Drafter(sizer=)`, `Eagle1Drafter(choices="auto")`):
     sampling -> `Sizing`, from `auto_size` once per sampling setting (memoised; measured once
     per machine, then cached). head: (params, config[, vocab]); tokenizer: the target's, for
-    the calibration prompts (2 prose + 2 code windows of the corpora's train split);
+    the calibration prompts (2 prose + 2 code windows of the corpora's train split, as chat
+    requests for a target with a chat template: `calibration.tuning_prompts`);
     identity: the target's and head's fingerprints. chain_only: EAGLE-1's chain (its sampled
     chain at T > 0). sampled_tree, calibration: the drafter's options (`build_drafter`'s
     `tree_options`); fixed: the sizes the user set (depth, top_k), constraining the search."""
-    from minieagle.calibration import training_prompts
+    from minieagle.calibration import tuning_prompts, tuning_template
 
     check_fixed_sizes(**fixed)
+    if tuning_template(tokenizer) is not None:  # sized on chat requests: cached apart
+        identity = f"{identity}|chat"
     params, cfg, vocab = (*head, None)[:3]
     chosen = {}
 
     def size(sampling: SamplingParams) -> Sizing:
         setting = setting_name(sampling)
         if setting not in chosen:
-            prompts = training_prompts(tokenizer, "prose", 2) + training_prompts(
-                tokenizer, "code", 2
-            )
+            prompts = tuning_prompts(tokenizer, "train", 2, seeds=(0, 0))
             chosen[setting] = auto_size(
                 target, config, params, cfg, vocab, sampling, prompts, identity=identity,
                 progress=progress, chain_only=chain_only,

@@ -512,6 +512,46 @@ def test_training_prompts_come_from_the_train_split_only():
         training_prompts(tokenizer, "prose", 2, length=1)
 
 
+class _ChatTokenizer:
+    """The small target's tokenizer with a chat template, as an instruct model's has."""
+
+    chat_template = "{% for m in messages %}USER: {{ m['content'] }}\nASSISTANT:{% endfor %}"
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+
+def test_an_instruct_target_is_tuned_on_chat_requests():
+    """With a chat template, the tuning prompts are requests about the same windows rendered
+    with it (what an instruct model is used with); without one, the windows themselves."""
+    from minieagle.calibration import CHAT_PASSAGE_TOKENS, tuning_prompts, tuning_template
+    from minieagle.checkpoint import load_checkpoint
+    from minieagle.cli import DEFAULT_MODEL
+    from minieagle.distill import CHAT_REQUESTS
+
+    _, _, tokenizer = load_checkpoint(DEFAULT_MODEL)
+    chat = _ChatTokenizer(tokenizer)
+    assert tuning_template(tokenizer) is None and tuning_template(chat) == chat.chat_template
+    plain = tuning_prompts(tokenizer, "train", 3)
+    assert plain == training_prompts(tokenizer, "prose", 3, seed=0) + training_prompts(
+        tokenizer, "code", 3, seed=1
+    )
+    requests = tuning_prompts(chat, "train", 3)
+    windows = training_prompts(tokenizer, "prose", 3, CHAT_PASSAGE_TOKENS + 1, 0) + (
+        training_prompts(tokenizer, "code", 3, CHAT_PASSAGE_TOKENS + 1, 1)
+    )
+    leads = [r.split("{passage}")[0].strip()[:20] for r in CHAT_REQUESTS]
+    for (kind, ids), (window_kind, window) in zip(requests, windows, strict=True):  # the same
+        text = tokenizer.decode(ids)
+        assert kind == window_kind and text.startswith("USER: ") and text.endswith("ASSISTANT:")
+        assert tokenizer.decode(window[1:]).strip()[:40] in text
+        assert any(lead in text for lead in leads)
+    assert tuning_prompts(chat, "val", 2) != tuning_prompts(tokenizer, "val", 2)
+
+
 def test_validation_prompts_come_from_the_val_split_only():
     from minieagle.checkpoint import load_checkpoint
     from minieagle.cli import DEFAULT_MODEL
