@@ -42,26 +42,30 @@ QUESTIONS = (
 )
 
 
-def chat_prompts(tokenizer, template: str, passage_chars: int = 400) -> list[tuple[str, list]]:
-    """(kind, ids): one request about a test-split passage of each corpus ("heldout-chat"), one
-    about an out-of-domain prose and code passage and the two QUESTIONS ("ood-chat")."""
+def chat_requests(passage_chars: int = 400) -> list[tuple[str, str]]:
+    """(kind, user request): one about a test-split passage of each corpus ("heldout-chat"),
+    one about an out-of-domain prose and code passage and the two QUESTIONS ("ood-chat")."""
     from minieagle.data import load_split
 
-    def request(corpus: str, text: str) -> list[int]:
-        content = CHAT_REQUESTS[corpus].format(passage=text[:passage_chars].strip())
-        return encode_chat(tokenizer, template, [{"role": "user", "content": content}])
+    def request(corpus: str, text: str) -> str:
+        return CHAT_REQUESTS[corpus].format(passage=text[:passage_chars].strip())
 
-    prompts = []
+    requests = []
     for corpus in ("prose", "code"):
         document = next(d for d in load_split(corpus, "test") if len(d.text) >= passage_chars)
-        prompts.append(("heldout-chat", request(corpus, document.text)))
+        requests.append(("heldout-chat", request(corpus, document.text)))
     for kind in ("prose", "code"):
         record = next(r for r in _ood_records() if r["kind"] == kind)
-        prompts.append(("ood-chat", request(kind, record["text"])))
-    for question in QUESTIONS:
-        messages = [{"role": "user", "content": question}]
-        prompts.append(("ood-chat", encode_chat(tokenizer, template, messages)))
-    return prompts
+        requests.append(("ood-chat", request(kind, record["text"])))
+    return requests + [("ood-chat", question) for question in QUESTIONS]
+
+
+def chat_prompts(tokenizer, template: str) -> list[tuple[str, list]]:
+    """(kind, ids): the `chat_requests` rendered with the model's chat template."""
+    return [
+        (kind, encode_chat(tokenizer, template, [{"role": "user", "content": text}]))
+        for kind, text in chat_requests()
+    ]
 
 
 def cli_drafter(model: str, method: str, head: str, extra: list, target, tokenizer):

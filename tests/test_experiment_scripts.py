@@ -422,3 +422,33 @@ def test_the_smollm2_methods_script_builds_the_clis_own_drafters(monkeypatch):
         assert generate(*target, ids, drafter=drafter, max_new_tokens=12).tokens == vanilla
         assert (drafter.depth, drafter.top_k, drafter.total_tokens) == (2, 2, 8)
         assert drafter.active_calibration is not None  # the head's shipped T = 0 scores
+
+
+def test_the_smollm2_cli_script_reads_what_minieagle_chat_prints(tmp_path, monkeypatch):
+    """benchmarks/smollm2_cli.py runs `minieagle chat --stats` processes and reads their stats
+    line; checked on the tiny target with a plain template: vanilla against itself is 1.00x at
+    τ 1, prompt lookup keeps the greedy reply, and a reply that differs is counted."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    script = importlib.import_module("smollm2_cli")
+    template = tmp_path / "chat.jinja"
+    template.write_text("{% for m in messages %}USER: {{ m['content'] }}\nASSISTANT:{% endfor %}")
+    small = str(BENCHMARKS.parent / "minieagle" / "pretrained" / "small")
+    table = {"vanilla": ["--method", "vanilla"], "pld": ["--method", "pld"]}
+    runs = {
+        (r, 0): {
+            name: script.run_chat(small, request, [*flags, "--template", str(template)], 0.0, 8, 0)
+            for name, flags in table.items()
+        }
+        for r, request in enumerate(["def read_config(path):", "The garbage collector"])
+    }
+    rows = script.summarise(runs, list(table), greedy=True)
+    assert rows["vanilla"]["tau"] == 1.0 and rows["vanilla"]["speedup_median"] == 1.0
+    assert rows["pld"]["replies_differing_from_vanilla"] == 0 and rows["pld"]["tau"] >= 1.0
+    assert rows["pld"]["tokens"] == rows["vanilla"]["tokens"] == 16
+    runs[(1, 0)]["pld"]["reply"] += "a different reply"
+    assert (
+        script.summarise(runs, list(table), greedy=True)["pld"]["replies_differing_from_vanilla"]
+        == 1
+    )
+    with pytest.raises(RuntimeError, match="failed"):
+        script.run_chat(small, "hi", ["--method", "vanilla"], 0.0, 4, 0)  # no chat template
