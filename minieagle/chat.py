@@ -406,6 +406,7 @@ class Chat:
         if system is not None:
             self.messages.append({"role": "system", "content": system})
         self.make_drafter = make_drafter or (lambda: None)
+        self.last_drafter = None
         self.sampling, self.max_new_tokens = sampling, max_new_tokens
         self.rng = SeededRandomness(seed)
         self.stop_ids = end_of_turn_ids(tokenizer, template, config.eos_token_id)
@@ -425,11 +426,12 @@ class Chat:
         def show(tokens: list[int]) -> None:
             write(stream.push(t for t in tokens if t not in self.stop_ids))
 
+        self.last_drafter = self.make_drafter()  # how it drafted: `--stats` reports it
         result = generate(
             self.params,
             self.config,
             self.prompt_ids(),
-            drafter=self.make_drafter(),
+            drafter=self.last_drafter,
             max_new_tokens=self.max_new_tokens,
             sampling=self.sampling,
             rng=self.rng,

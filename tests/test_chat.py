@@ -317,6 +317,7 @@ def test_cli_chat_prints_the_greedy_reply_for_every_method(capsys, small):
         assert (code, out, err) == (0, expected + "\n", ""), method
     code, out, err = _chat(capsys, "--prompt", "x", "--method", "eagle2", "--stats")
     assert code == 0 and "[turn 1, eagle2: 12 tokens" in err and "tau" in err
+    assert "[dynamic tree: " in err and "[auto sizing (T=0)" in err  # how it drafted
 
 
 def test_cli_chat_reads_turns_from_stdin(capsys, monkeypatch, small):

@@ -33,11 +33,16 @@ def cmd_generate(args) -> int:
             f"tau {result.tau:.2f} tokens per target forward, stop: {result.stop_reason}]",
             file=sys.stderr,
         )
-        if getattr(drafter, "sizing", None) is not None:
-            print(f"[{drafter.sizing.describe()}]", file=sys.stderr)
-        if hasattr(drafter, "active_calibration"):  # the dynamic tree's options as decoded
-            print(f"[{tree_options_line(drafter)}]", file=sys.stderr)
+        print_drafter_lines(drafter)
     return 0
+
+
+def print_drafter_lines(drafter) -> None:
+    """--stats: how the drafter drafted (the tree sizing chose; the dynamic tree's options)."""
+    if getattr(drafter, "sizing", None) is not None:
+        print(f"[{drafter.sizing.describe()}]", file=sys.stderr)
+    if hasattr(drafter, "active_calibration"):  # the dynamic tree's options as decoded
+        print(f"[{tree_options_line(drafter)}]", file=sys.stderr)
 
 
 def tree_options_line(drafter) -> str:
@@ -100,6 +105,7 @@ def cmd_chat(args) -> int:
                 f"forward, stop: {result.stop_reason}]",
                 file=sys.stderr,
             )
+            print_drafter_lines(chat.last_drafter)
         if interactive:
             print("> ", end="", file=sys.stderr, flush=True)
     return 0
