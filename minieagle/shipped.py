@@ -86,3 +86,35 @@ def default_head(method: str, model_dir) -> Path:
         same = [h for h in fits if Path(_config(h).get("minieagle_target", "")).name == name]
         fits = same or fits
     return fits[0] if fits else SMALL_HEADS[kind]
+
+
+# ---------------------------------------------------------------------------- --method auto
+
+FASTEST_FILE = PRETRAINED / "fastest.json"  # the method measured fastest per shipped target
+FASTEST_FORMAT = "minieagle-fastest-methods"
+
+
+def fastest_method(model_dir, greedy: bool) -> dict:
+    """What `--method auto` decodes `model_dir` with: the entry of FASTEST_FILE for this target
+    (matched by weights fingerprint, then by directory name, as `default_head` matches heads)
+    and setting ("T=0" when greedy, else "T>0", measured at T = 1): {"method", "flags" (the CLI
+    flags it was measured with, e.g. {"tree": "chain"}), "speedup", "range", "source", ...}.
+    A target measured nowhere gets {"method": "vanilla", "why": ...}. A method is recorded only
+    where its whole [min..max] speedup over vanilla, measured side by side, was above 1."""
+    from minieagle.checkpoint import read_config_json, target_fingerprint
+
+    data = read_config_json(FASTEST_FILE, fix_missing="reinstall minieagle")
+    if data.get("format") != FASTEST_FORMAT or not isinstance(data.get("targets"), list):
+        raise MissingFileError(
+            f"{FASTEST_FILE} is not a {FASTEST_FORMAT} file; reinstall minieagle"
+        )
+    setting = "T=0" if greedy else "T>0"
+    weights = Path(model_dir) / "model.safetensors"  # a missing target: its loader explains
+    fingerprint = target_fingerprint(model_dir) if weights.is_file() else None
+    name = Path(model_dir).resolve().name
+    for key, want in (("fingerprint", fingerprint), ("name", name)):
+        for entry in data["targets"]:
+            if entry.get(key) == want and setting in entry:
+                return {"target": entry["name"], "setting": setting, **entry[setting]}
+    return {"method": "vanilla", "setting": setting,
+            "why": f"no measurement of {name} in {FASTEST_FILE.name}"}  # fmt: skip

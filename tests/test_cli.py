@@ -51,6 +51,33 @@ def test_generate_prints_the_prompt_and_the_greedy_continuation(checkpoint, caps
     assert "ms/token, tau 1.00 tokens per target forward, stop: " in err
 
 
+def test_method_auto_decodes_with_the_method_measured_fastest(checkpoint, capsys, tmp_path):
+    """The default --method auto: the shipped target gets the method minieagle/pretrained/
+    fastest.json records for its setting (its greedy output unchanged), named by --stats; a
+    copy of its weights elsewhere is matched by fingerprint; a model measured nowhere gets
+    vanilla, with the reason."""
+    from minieagle.shipped import fastest_method
+
+    prompt = ["generate", "def read_config(path):\n", "--max-new-tokens", "12", "--stats"]
+    fastest = json.loads((PRETRAINED / "fastest.json").read_text())["targets"]
+    small = next(entry for entry in fastest if entry["name"] == "small")
+    for flags, setting in (([], "T=0"), (["--temperature", "1"], "T>0")):
+        assert main([*prompt, *flags]) == 0
+        out, err = capsys.readouterr()
+        method = small[setting]["method"]
+        assert f"[{method}: 12 tokens" in err and f"[--method auto: {method}" in err
+        assert main([*prompt, *flags, "--method", "vanilla"]) == 0
+        assert capsys.readouterr().out == out  # lossless, greedy and sampled alike
+    copy = tmp_path / "elsewhere"
+    copy.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        if (PRETRAINED / "small" / name).is_file():
+            (copy / name).write_bytes((PRETRAINED / "small" / name).read_bytes())
+    assert fastest_method(copy, greedy=True)["method"] == small["T=0"]["method"]
+    chosen = fastest_method(checkpoint, greedy=True)
+    assert chosen["method"] == "vanilla" and "no measurement of nano" in chosen["why"]
+
+
 def test_sampling_follows_the_seed(checkpoint, capsys):
     def sample(seed: int) -> str:
         flags = ["--temperature", "1", "--max-new-tokens", "20", "--seed", str(seed)]
@@ -112,7 +139,10 @@ def test_bad_sampling_flags_exit_2_with_the_fix(checkpoint, capsys, flags, messa
          "argument --depth: 0 is below 1"),
         (["generate", "x", "--method", "eagle1", "--depth", "3"],
          "--depth 3 applies to eagle1 only with --tree chain"),
-        (["generate", "x", "--gamma", "2"], "--gamma applies to --method draft-model, not vanilla"),
+        (["generate", "x", "--method", "vanilla", "--gamma", "2"],
+         "--gamma applies to --method draft-model, not vanilla"),
+        (["generate", "x", "--gamma", "2"],
+         "--gamma applies to --method draft-model; the default, --method auto, picks"),
         (["generate", "x", "--total-tokens", "3"], "--total-tokens applies to --method eagle2"),
         (["generate", "x", "--method", "eagle2", "--tree-top-k", "5000", "--total-tokens", "26"],
          "--tree-top-k 5000 exceeds --total-tokens - 1 = 25"),

@@ -452,3 +452,25 @@ def test_the_smollm2_cli_script_reads_what_minieagle_chat_prints(tmp_path, monke
     )
     with pytest.raises(RuntimeError, match="failed"):
         script.run_chat(small, "hi", ["--method", "vanilla"], 0.0, 4, 0)  # no chat template
+
+
+def test_fastest_methods_chooses_by_the_whole_range_and_matches_the_shipped_file(monkeypatch):
+    """benchmarks/fastest_methods.py: the fastest method whose whole [min..max] speedup is above
+    1, else vanilla; the shipped minieagle/pretrained/fastest.json is what it writes from the
+    results files each entry names (nobody edited it by hand)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    script = importlib.import_module("fastest_methods")
+    rows = {"vanilla": (1.0, 1.0, 1.0, 1.0), "pld": (1.4, 0.9, 1.5, 2.0),
+            "eagle3": (1.2, 1.1, 1.3, 3.0), "eagle1-chain3": (1.1, 1.05, 1.2, 2.5)}  # fmt: skip
+    chosen = script.choose(rows, "results.json", "T=0")
+    assert (chosen["method"], chosen["speedup"], chosen["range"]) == ("eagle3", 1.2, [1.1, 1.3])
+    rows["eagle3"] = (1.2, 0.99, 1.3, 3.0)
+    assert script.choose(rows, "r", "T=0")["flags"] == {"tree": "chain", "depth": 3}
+    rows = {"vanilla": (1.0, 1.0, 1.0, 1.0), "pld": (1.02, 0.97, 1.1, 2.0)}
+    assert script.choose(rows, "r", "T=0")["method"] == "vanilla"
+    shipped = json.loads((BENCHMARKS.parent / "minieagle/pretrained/fastest.json").read_text())
+    for entry in shipped["targets"]:
+        for setting, key in script.SETTINGS.items():
+            source = entry[setting]["source"]
+            results = json.loads((BENCHMARKS.parent / source).read_text())
+            assert entry[setting] == script.choose(script.speedups(results, key), source, setting)

@@ -300,9 +300,10 @@ def test_generate_with_pld_prints_the_greedy_text_and_tau(capsys):
 
 @pytest.mark.parametrize("flag", ["--prompt-lookup-num-tokens", "--max-matching-ngram-size"])
 def test_pld_flags_are_refused_for_other_methods(flag, capsys):
-    assert main(["generate", "x", flag, "3"]) == 2
-    err = capsys.readouterr().err
-    assert f"{flag} applies to --method pld, not vanilla" in err
+    assert main(["generate", "x", "--method", "vanilla", flag, "3"]) == 2
+    assert f"{flag} applies to --method pld, not vanilla" in capsys.readouterr().err
+    assert main(["generate", "x", flag, "3"]) == 2  # the default, --method auto, takes none
+    assert f"{flag} applies to --method pld; the default" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "1.5", "nan", "abc", ""])

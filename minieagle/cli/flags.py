@@ -31,6 +31,7 @@ METHOD_FLAGS = {
     "prompt_lookup_num_tokens": ("--prompt-lookup-num-tokens", ("pld",)),
     "max_matching_ngram_size": ("--max-matching-ngram-size", ("pld",)),
 }
+METHODS = ("vanilla", "draft-model", "eagle1", "eagle2", "eagle3", "pld", "medusa")
 DEFAULT_GAMMA = 4
 DEFAULT_CHAIN_DEPTH = 5
 
@@ -117,9 +118,11 @@ def method_flags(p, *, with_method: bool):
     if with_method:
         p.add_argument(
             "--method",
-            default="vanilla",
-            choices=["vanilla", "draft-model", "eagle1", "eagle2", "eagle3", "pld", "medusa"],
-            help="decoding method (default: vanilla)",
+            default="auto",
+            choices=["auto", *METHODS],
+            help="decoding method (default: auto, the method measured fastest for the model on "
+            "this machine at this temperature, minieagle/pretrained/fastest.json; vanilla for "
+            "a model measured nowhere; --stats names it)",
         )
         p.add_argument(
             "--tree",

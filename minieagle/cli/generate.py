@@ -6,13 +6,20 @@ from __future__ import annotations
 import sys
 
 from minieagle.cli.flags import check_method_flags, generation_flags
-from minieagle.cli.methods import drafter_factory, load_target, sampling_params
+from minieagle.cli.methods import (
+    describe_auto_method,
+    drafter_factory,
+    load_target,
+    resolve_auto_method,
+    sampling_params,
+)
 from minieagle.errors import InvalidInputError
 
 
 def cmd_generate(args) -> int:
     from minieagle.generate import generate
 
+    chosen = resolve_auto_method(args)
     check_method_flags(args)
     target, config, tokenizer = load_target(args.model, args.device)
     drafter = drafter_factory(args, config, target, tokenizer)()
@@ -33,6 +40,8 @@ def cmd_generate(args) -> int:
             f"tau {result.tau:.2f} tokens per target forward, stop: {result.stop_reason}]",
             file=sys.stderr,
         )
+        if chosen is not None:
+            print(f"[{describe_auto_method(chosen)}]", file=sys.stderr)
         print_drafter_lines(drafter)
     return 0
 
@@ -65,6 +74,7 @@ def cmd_chat(args) -> int:
     the reply streamed to stdout as its tokens are accepted."""
     from minieagle.chat import Chat, load_chat_template
 
+    chosen = resolve_auto_method(args)
     check_method_flags(args)
     if args.prompt is None and (sys.stdin is None or sys.stdin.closed):
         raise InvalidInputError(
@@ -105,6 +115,8 @@ def cmd_chat(args) -> int:
                 f"forward, stop: {result.stop_reason}]",
                 file=sys.stderr,
             )
+            if chosen is not None:
+                print(f"[{describe_auto_method(chosen)}]", file=sys.stderr)
             print_drafter_lines(chat.last_drafter)
         if interactive:
             print("> ", end="", file=sys.stderr, flush=True)

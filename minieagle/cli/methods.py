@@ -42,6 +42,43 @@ def sampling_params(args):
     return SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
 
 
+def resolve_auto_method(args) -> dict | None:
+    """--method auto: set args.method, and the flags it was measured with, to the method
+    measured fastest for args.model in this sampling setting (`shipped.fastest_method`).
+    Returns that record (None when a method was named). Method flags need a named method:
+    they would otherwise apply to whichever method the measurements chose."""
+    from minieagle.cli.flags import METHOD_FLAGS
+    from minieagle.shipped import fastest_method
+
+    if args.method != "auto":
+        return None
+    for name, (flag, methods) in METHOD_FLAGS.items():
+        if getattr(args, name, None) is not None:
+            raise InvalidInputError(
+                f"{flag} applies to --method {' or '.join(methods)}; the default, --method "
+                f"auto, picks the method measured fastest for the model, so pass --method "
+                f"{methods[0]} with {flag}, or drop {flag}"
+            )
+    chosen = fastest_method(args.model, greedy=sampling_params(args).greedy)
+    args.method = chosen["method"]
+    for name, value in chosen.get("flags", {}).items():
+        setattr(args, name, value)
+    return chosen
+
+
+def describe_auto_method(chosen: dict) -> str:
+    """The --stats line for the method --method auto chose."""
+    if "speedup" not in chosen:
+        return f"--method auto: {chosen['method']} ({chosen['why']})"
+    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in chosen.get("flags", {}).items())
+    low, high = chosen["range"]
+    return (
+        f"--method auto: {chosen['method']}{' ' + flags if flags else ''}, measured fastest for "
+        f"{chosen['target']} at {chosen['setting']}: {chosen['speedup']:.2f}x vanilla's "
+        f"tokens/s [{low:.2f}..{high:.2f}] ({chosen['source']})"
+    )
+
+
 def head_dir(args) -> Path:
     """The head directory for args.method: --head (generate), or in bench and demo, which run
     every method, --head for the EAGLE-1 head and --eagle3-head for the EAGLE-3 head. A value
