@@ -66,17 +66,34 @@ def prepare_layer(params: dict, prefix: str) -> PreparedLayer:
 
 ROWS_FOR_TRANSPOSED_PRODUCT = 8
 SMALL_WEIGHT = 1 << 17  # entries (512 KB in float32)
+ROWS_ONE_BY_ONE = 3  # a large weight meets at most this many rows one vector at a time
+ROWS_PADDED_BELOW = 16  # fewer rows than this, not a multiple of 4: padded to one
 
 
 def linear(x, weight):
-    """x [T, in] @ weight [in, out] -> [T, out]. From 8 rows on, a small weight (at most
-    SMALL_WEIGHT entries: the shipped tiny target's) is applied as (weight.T @ x.T).T (views,
-    no copy): OpenBLAS then takes a kernel that made the tiny target's 16- to 64-token forwards
-    8-15 % faster on the reference CPU, while for SmolLM2's larger weights it made a 64-token
-    forward 1.5 times slower (docs/speed.md). The values are the same product, summed in
-    another order."""
+    """x [T, in] @ weight [in, out] -> [T, out], each row the same product; how it is called
+    is chosen for OpenBLAS on the reference CPU (docs/speed.md, "Small products"):
+
+    - a large weight (more than SMALL_WEIGHT entries: SmolLM2's) and 2-3 rows: one
+      vector-matrix product per row. OpenBLAS's matrix product costs 2.2-3 times its
+      vector-matrix product for 2-3 rows, while the second and third reads of the weight come
+      from the cache: a 2-token forward of SmolLM2 fell from 2.2 to 1.65 times a 1-token one;
+    - a large weight and 5-15 rows, not a multiple of 4: zero rows added up to one, as its
+      kernels for 4 and 8 rows measured faster than those for 3, 5, 6 and 7 (a 6-token
+      forward 2.75 -> 2.43 times a 1-token one);
+    - from 8 rows on, a small weight (the shipped tiny target's) as (weight.T @ x.T).T (views,
+      no copy): 8-15 % faster for the tiny target's 16- to 64-token forwards, while for
+      SmolLM2's weights it made a 64-token forward 1.5 times slower.
+
+    The values are the same products, summed in another order."""
     rows = x.shape[0]
-    if rows < ROWS_FOR_TRANSPOSED_PRODUCT or weight.shape[0] * weight.shape[1] > SMALL_WEIGHT:
+    large = weight.shape[0] * weight.shape[1] > SMALL_WEIGHT
+    if large and 1 < rows <= ROWS_ONE_BY_ONE:
+        return array_module(x).stack([x[i, ...] @ weight for i in range(rows)])
+    if large and ROWS_ONE_BY_ONE < rows < ROWS_PADDED_BELOW and rows % 4:
+        padding = zeros((4 - rows % 4, x.shape[1]), like=x)
+        return (array_module(x).concat([x, padding], axis=0) @ weight)[:rows, ...]
+    if rows < ROWS_FOR_TRANSPOSED_PRODUCT or large:
         return x @ weight
     return (weight.T @ x.T).T
 

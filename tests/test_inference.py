@@ -407,6 +407,33 @@ def test_each_check_catches_a_broken_fast_path(monkeypatch, checker, breakage):
         assert errors["tree"] > BROKEN, errors
 
 
+@pytest.mark.parametrize("strict", [False, True])
+def test_linear_is_the_product_for_every_row_count_and_weight_size(strict):
+    """`linear` calls the product per row, padded or transposed by the row count and the weight's
+    size (its docstring); every way gives x @ weight, on NumPy and the strict array lane."""
+    rng = np.random.default_rng(3)
+    small = rng.standard_normal((16, 24))
+    large = rng.standard_normal((384, inference.SMALL_WEIGHT // 384 + 1))  # just large
+    for weight in (small, large):
+        for rows in range(1, 20):
+            x = rng.standard_normal((rows, weight.shape[0]))
+            got = inference.linear(x, weight)
+            if strict:
+                xp = pytest.importorskip("array_api_strict")
+                got = to_host(inference.linear(put(x, xp), put(weight, xp)))
+            assert got.shape == (rows, weight.shape[1])
+            assert _error(got, x @ weight) <= TOL, (weight.shape, rows)
+
+
+@pytest.mark.parametrize("checker", list(CHECKERS))
+def test_the_cycle_with_every_weight_counted_large(monkeypatch, checker):
+    """The control cycle once more with every weight taking the large weights' calls (SmolLM2's:
+    row by row, padded rows): the same outputs."""
+    monkeypatch.setattr(inference, "SMALL_WEIGHT", 0)
+    errors = CHECKERS[checker]()
+    assert max(errors.values()) <= TOL, errors
+
+
 # ---------------------------------------------------------------------------- bad input
 
 
