@@ -141,7 +141,8 @@ if ! running "pgrep -f .train .h --target" && ! running "calibrate --head $S/eag
     for h in eagle3 eagle1; do
       (while pgrep -f \"train \$h --target $M\" >/dev/null; do sleep 60; done
        [ -f $S/\$h/final/model.safetensors ] && [ ! -f $S/\$h/final/calibration.json ] &&
-         minieagle calibrate --head $S/\$h/final --model $M >$S/calibrate-\$h.log 2>&1) &
+         minieagle calibrate --head $S/\$h/final --model $M --fit-prompts 4 --val-prompts 6 \
+           --temperatures 0.35,0.5 >$S/calibrate-\$h.log 2>&1) &
     done
     wait
     [ -f $S/eagle3/final/calibration.json ] && [ -f $S/eagle1/final/calibration.json ] &&
