@@ -17,8 +17,6 @@ from test_hf_tokenizer import CHATML, gguf_fields, smollm2_chat_ids
 
 from minieagle import cli
 from minieagle.chat import (
-    Chat,
-    TextStream,
     encode_chat,
     end_of_turn_ids,
     load_chat_template,
@@ -26,6 +24,7 @@ from minieagle.chat import (
     special_token_names,
 )
 from minieagle.checkpoint import load_checkpoint
+from minieagle.conversation import Chat, TextStream
 from minieagle.errors import InvalidInputError, MissingFileError
 from minieagle.generate import generate
 from minieagle.hf_tokenizer import HFTokenizer, tokenizer_files_from_gguf

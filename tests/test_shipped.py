@@ -143,6 +143,7 @@ def test_every_shipped_file_is_in_the_current_formats(name):
     wrote each file. A file of no known kind fails too, so a new kind is checked when added."""
     import tokenizers
 
+    from minieagle.shipped import FASTEST_FILE, FASTEST_FORMAT
     from minieagle.tokenizer import FORMAT, Tokenizer
 
     path = PRETRAINED / name
@@ -166,12 +167,18 @@ def test_every_shipped_file_is_in_the_current_formats(name):
         assert {"T=0", "T=1", "T=1,sampled"} <= set(maps.maps)
     elif path.name == "tokenizer_config.json":
         assert json.loads(path.read_text())["tokenizer_class"] == "PreTrainedTokenizerFast"
-    elif path.name == "calibration.json":  # a head's calibration maps, fitted for that head
-        from minieagle.checkpoint import target_fingerprint
+    elif path == FASTEST_FILE:  # what --method auto picks, per target and setting
+        from minieagle.cli.flags import METHOD_FLAGS, METHODS
 
-        calibration = json.loads(path.read_text())
-        assert calibration["version"] >= 1
-        assert calibration["head"] == target_fingerprint(path.parent)
+        data = json.loads(path.read_text())
+        assert data["format"] == FASTEST_FORMAT and data["targets"]
+        for entry in data["targets"]:
+            for setting in ("T=0", "T>0"):
+                chosen = entry[setting]
+                assert chosen["method"] in METHODS and set(chosen.get("flags", {})) <= set(
+                    METHOD_FLAGS
+                )
+                assert (PRETRAINED.parents[1] / chosen["source"]).is_file()  # the measurement
     elif path.name == "minieagle_tokenizer.json" or path.parent == PRETRAINED:
         assert json.loads(path.read_text())["format"] == FORMAT  # our own, standalone
         assert Tokenizer.load(path).vocab_size > 256

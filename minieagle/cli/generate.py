@@ -72,7 +72,8 @@ def tree_options_line(drafter) -> str:
 def cmd_chat(args) -> int:
     """A conversation: each user turn (one --prompt, or stdin lines) answered with --method,
     the reply streamed to stdout as its tokens are accepted."""
-    from minieagle.chat import Chat, load_chat_template
+    from minieagle.chat import load_chat_template
+    from minieagle.conversation import Chat
 
     chosen = resolve_auto_method(args)
     check_method_flags(args)
