@@ -630,6 +630,9 @@ curves = {  # label -> {N: cost(N) / cost(1)}
     SMOLLM2_CPU: smollm2_cost["verify"]["relative_to_one"],
     TINY_CPU: tiny_cost["verify"]["relative_to_one"],
 }
+SMOLLM2_SMALL = "SmolLM2-135M, CPU, small products"
+small_products = json.loads((results_dir / "small-products-smollm2.json").read_text())
+curves[SMOLLM2_SMALL] = small_products["after"]["relative_to_one"]  # docs/speed.md
 gpu_file = results_dir / "gpu" / "gpu-cost.json"
 if gpu_file.is_file():
     curves[TINY_H200] = json.loads(gpu_file.read_text())["verify"]["relative_to_one"]
@@ -642,7 +645,7 @@ for label, curve in curves.items():
     print(f"{label:30}", "  ".join(f"N={n}: {r:.2f}" for n, r in sorted(curve.items())))
 
 plt.figure(figsize=(8, 4.2))
-for (label, curve), marker in zip(curves.items(), "osD", strict=False):
+for (label, curve), marker in zip(curves.items(), "os^D", strict=False):
     sizes = sorted(curve)
     plt.plot(sizes, [curve[n] for n in sizes], marker=marker, label=label)
 plt.xscale("log", base=2)
@@ -656,7 +659,8 @@ plt.legend(fontsize=8)
 plt.tight_layout()
 plt.show()
 
-smollm2, tiny = curves[SMOLLM2_CPU], curves[TINY_CPU]
+smollm2, tiny, small = curves[SMOLLM2_CPU], curves[TINY_CPU], curves[SMOLLM2_SMALL]
+assert small[2] < smollm2[2] - 0.3 and small[3] < 2.2  # 2-3 tokens: row by row
 assert 2.0 < smollm2[2] < 2.5 and 2.0 < smollm2[4] < 2.5  # 2 and 4 tokens: both about 2.2x
 assert 1.7 < smollm2[64] / smollm2[32] < 2.3 and 11 < smollm2[64] < 12.5  # ∝ N from 32 on
 assert smollm2[16] > tiny[16] and smollm2[64] > tiny[48]  # steeper than the tiny target's
@@ -675,14 +679,18 @@ assert 0.19 < lm_head_share < 0.23  # about a fifth
 # %% [markdown]
 # On this CPU, SmolLM2's curve is steep: verifying 2 or 4 tokens already costs about 2.2 decoding
 # steps, and from 32 tokens on the cost grows about in proportion to N (64 tokens: about 12
-# steps). It is steeper than the tiny target's, whose single-token forward is mostly fixed
+# steps). The third curve is the same forward since `inference.linear` applies SmolLM2's weights
+# to 2-3 rows one row at a time and pads 5-15 rows to a multiple of 4, where OpenBLAS's general
+# product is slowest (docs/speed.md, "Small products"; measured with one LM-head row read, as
+# verification reads them): 2 tokens cost about 1.6 steps, 3 about 1.8, 4-8 still about 2-2.4.
+# Either way it is steeper than the tiny target's, whose single-token forward is mostly fixed
 # per-call overhead (docs/benchmarks.md, "Why the speedups are small on this CPU"). So here a
 # 26-node tree would need τ of about 5 before counting its drafting, and the drafting is not
 # small: every node the head reads also goes through SmolLM2's 49 152 × 576 LM head, as large
 # as a fifth of the target's weights. The cycle in section 4 printed its drafting and
 # verification times (its drafting also includes the first catch-up over the whole context).
 # Short chains are the trees that can pay on this machine, and only with a head whose τ clears
-# about 2.2 plus its drafting cost.
+# the chain's cost plus its drafting: about 1.6 for one draft, 1.8 for two, 2 for three.
 #
 # On a GPU the balance is the other way: the H200 curve of the tiny target is flat (every N
 # costs about one launch-bound forward), and for a large model decoding is memory-bound, so a
