@@ -340,10 +340,10 @@ def training_prompts(
     distinct documents chosen with `seed`. Never the test split that `bench.heldout_prompts`
     reports on: a calibration fitted on the prompts it is judged on would flatter itself.
 
-    chat_template: for an instruct target (`tuning_template`): each window, less its <bos>,
-    becomes the passage of a user request (one of `distill.CHAT_REQUESTS`, drawn with `seed`)
-    rendered with the template, which ends with the cue for the answer: the kind of prompt such
-    a target is used with and its heads trained on (`tuning_prompts` sizes the passages)."""
+    chat_template: for an instruct target (`tuning_template`): each window (of `length`
+    tokens, no <bos>) becomes the passage of a user request (one of `distill.CHAT_REQUESTS`,
+    drawn with `seed`) rendered with the template, which ends with the cue for the answer: the
+    kind of prompt such a target is used with and its heads trained on."""
     return _window_prompts(tokenizer, corpus, "train", count, length, seed, chat_template)
 
 
@@ -369,7 +369,7 @@ def tuning_prompts(tokenizer, split: str, count: int, seeds=(0, 1)) -> list[tupl
     judging), drawn with `seeds` (prose, code): windows of 32 tokens, or for a target with a
     chat template (`tuning_template`) requests about passages of CHAT_PASSAGE_TOKENS tokens."""
     template = tuning_template(tokenizer)
-    length = 32 if template is None else CHAT_PASSAGE_TOKENS + 1  # + its <bos>, dropped
+    length = 32 if template is None else CHAT_PASSAGE_TOKENS
     make = {"train": training_prompts, "val": validation_prompts}[split]
     return [
         prompt
@@ -398,11 +398,12 @@ def _window_prompts(tokenizer, corpus, split, count, length, seed, chat_template
         start = int(rng.integers(0, len(text) - 2 * span))
         line = text.find("\n", start, start + span)  # start at the next line, if one is near
         start = line + 1 if line >= 0 else start
-        ids = tokenizer.encode(text[start : start + span], add_bos=True)[:length]
-        prompts.append((corpus, ids))
+        # a request's passage has no <bos>: the template writes what the model wants
+        ids = tokenizer.encode(text[start : start + span], add_bos=chat_template is None)
+        prompts.append((corpus, ids[:length]))
     if chat_template is None:
         return prompts
-    return [(kind, _chat_request(tokenizer, chat_template, ids[1:], rng)) for kind, ids in prompts]
+    return [(kind, _chat_request(tokenizer, chat_template, ids, rng)) for kind, ids in prompts]
 
 
 def _chat_request(tokenizer, template: str, passage_ids, rng) -> list[int]:
