@@ -85,6 +85,12 @@ def main(argv=None) -> int:
     parser.add_argument("--eagle3-head", default=str(PRETRAINED / "smollm2-eagle3"))
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--methods", help="comma-separated subset of the rows (vanilla kept)")
+    parser.add_argument(
+        "--no-cost-curve",
+        action="store_true",
+        help="skip the cost curve (τ and outputs only, e.g. beside other work)",
+    )
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     if args.model is None:
@@ -114,16 +120,24 @@ def main(argv=None) -> int:
             methods[f"{method}-cli"] = cli_drafter(args.model, method, head, extra, target,
                                                    tokenizer)  # fmt: skip
     methods["pld"] = lambda: build_drafter("pld", target=target)
+    if args.methods:
+        wanted = {"vanilla", *args.methods.split(",")}
+        unknown = wanted - set(methods)
+        if unknown:
+            parser.error(f"--methods: no row {sorted(unknown)}; rows: {', '.join(methods)}")
+        methods = {name: make for name, make in methods.items() if name in wanted}
+    cost = {} if args.no_cost_curve else measure_cost_curve(
+        params, config, [ids for _, ids in prompts[:2]], new_tokens=32, repeats=args.repeats
+    )  # fmt: skip
     results = {
         "model": args.model,
         "heads": {"eagle1": args.eagle1_head, "eagle3": args.eagle3_head},
         "prompts": [{"kind": kind, "tokens": len(ids)} for kind, ids in prompts],
         "machine": machine_info(),
-        **measure_cost_curve(
-            params, config, [ids for _, ids in prompts[:2]], new_tokens=32, repeats=args.repeats
-        ),
+        **cost,
     }
-    print(format_cost_curve(results))
+    if cost:
+        print(format_cost_curve(results))
     results["methods"] = compare_methods(
         params, config, methods, prompts, new_tokens=args.new_tokens, repeats=args.repeats,
         max_depth=7,
