@@ -8,7 +8,8 @@ chat prompts at T = 0 and T = 1, with the fraction of greedy outputs that differ
 The prompts are chat requests rendered with the model's own template: "heldout-chat" asks about
 passages of the corpora's test splits (the heads trained on requests about the train splits),
 "ood-chat" about passages from other packages' docs and code (minieagle/data/ood_prompts.jsonl)
-plus two questions that name no passage. Beside the fixed trees (26 nodes, raw scores), the
+plus two questions that name no passage. Beside the fixed trees (26 nodes, raw scores; `eagle3-60`:
+the EAGLE-3 paper's 60 nodes, 8 levels, top_k 10), the
 `*-cli` rows are the drafters `minieagle generate --method M --head H` builds with its defaults
 (`cli.methods.drafter_factory`: the tree sized for this machine, the head's shipped scores),
 and `pld` is prompt lookup. The heads default to the shipped
@@ -113,6 +114,9 @@ def main(argv=None) -> int:
     if Path(args.eagle3_head, "model.safetensors").is_file():
         eagle3 = load_eagle3_head(args.eagle3_head, target_config=config, target_dir=args.model)
         methods["eagle3"] = lambda: build_drafter("eagle3", target=target, head=eagle3)
+        methods["eagle3-60"] = lambda: build_drafter(  # the EAGLE-3 paper's tree
+            "eagle3", target=target, head=eagle3, total_tokens=60, depth=7, top_k=10
+        )
     cli_heads = (("eagle1", args.eagle1_head, ["--tree", "auto"]), ("eagle2", args.eagle1_head, []),
                  ("eagle3", args.eagle3_head, []))  # fmt: skip
     for method, head, extra in cli_heads:
