@@ -77,10 +77,10 @@ def linear(x, weight):
     - a large weight (more than SMALL_WEIGHT entries: SmolLM2's) and 2-3 rows: one
       vector-matrix product per row. OpenBLAS's matrix product costs 2.2-3 times its
       vector-matrix product for 2-3 rows, while the second and third reads of the weight come
-      from the cache: a 2-token forward of SmolLM2 fell from 2.2 to 1.65 times a 1-token one;
+      from the cache: a 2-token forward of SmolLM2 fell from 2.19 to 1.62 times a 1-token one;
     - a large weight and 5-15 rows, not a multiple of 4: zero rows added up to one, as its
       kernels for 4 and 8 rows measured faster than those for 3, 5, 6 and 7 (a 6-token
-      forward 2.75 -> 2.43 times a 1-token one);
+      forward 2.65 -> 2.36 times a 1-token one);
     - from 8 rows on, a small weight (the shipped tiny target's) as (weight.T @ x.T).T (views,
       no copy): 8-15 % faster for the tiny target's 16- to 64-token forwards, while for
       SmolLM2's weights it made a 64-token forward 1.5 times slower.

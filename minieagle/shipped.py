@@ -10,6 +10,9 @@ Among the heads whose shapes fit the target, the one whose fingerprint matches w
 one whose recorded target directory has the target's directory name (a fresh import of the same
 model can differ in bytes); with none fitting, the small target's head (whose checks then
 explain the mismatch).
+
+`fastest_method` says what `--method auto` (the CLI's default) decodes a target with: the method
+measured fastest for it on the reference machine (`pretrained/fastest.json`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from minieagle.errors import MissingFileError
+from minieagle.errors import InvalidInputError, MissingFileError
 
 PRETRAINED = Path(__file__).parent / "pretrained"
 DEFAULT_MODEL = PRETRAINED / "small"
@@ -105,7 +108,7 @@ def fastest_method(model_dir, greedy: bool) -> dict:
 
     data = read_config_json(FASTEST_FILE, fix_missing="reinstall minieagle")
     if data.get("format") != FASTEST_FORMAT or not isinstance(data.get("targets"), list):
-        raise MissingFileError(
+        raise InvalidInputError(
             f"{FASTEST_FILE} is not a {FASTEST_FORMAT} file; reinstall minieagle"
         )
     setting = "T=0" if greedy else "T>0"
