@@ -8,11 +8,12 @@ shipped target with, from the side-by-side speed measurements committed under do
         --out minieagle/pretrained/fastest.json
 
 Each entry: the target's name (its directory's name), its directory (for its weights'
-fingerprint) and a results file, either `minieagle bench --suite methods --out` 's methods file
-(speedups over all prompts, [min..max] over repeats) or benchmarks/smollm2_cli.py's (over
-requests and repeats). The rule, per setting (T = 0; T > 0, measured at T = 1): of the methods
-whose whole [min..max] speedup over vanilla's tokens/s is above 1, the one of the highest median;
-none such: vanilla. Each results row becomes the CLI flags it was measured with (ROWS).
+fingerprint and size) and a results file, either `minieagle bench --suite methods --out` 's
+methods file (speedups over all prompts, [min..max] over repeats) or benchmarks/smollm2_cli.py's
+(over requests and repeats). The rule, per setting (T = 0; T > 0, measured at T = 1): of the
+methods whose whole [min..max] speedup over vanilla's tokens/s is above 1, the one of the
+highest median; none such: vanilla. Each results row becomes the CLI flags it was measured with
+(ROWS).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def choose(rows: dict, source: str, setting: str) -> dict:
 
 def build(entries) -> dict:
     """The fastest.json object for entries [(name, model_dir, results_file)]."""
-    from minieagle.checkpoint import target_fingerprint
+    from minieagle.checkpoint import WEIGHTS_FILE, target_fingerprint
     from minieagle.shipped import FASTEST_FORMAT
 
     targets = []
@@ -81,7 +82,9 @@ def build(entries) -> dict:
         source = Path(results_file).as_posix()
         if "docs/results/" in source:
             source = "docs/results/" + source.split("docs/results/", 1)[1]
-        entry = {"name": name, "fingerprint": target_fingerprint(model_dir)}
+        weights = Path(model_dir) / WEIGHTS_FILE
+        entry = {"name": name, "fingerprint": target_fingerprint(model_dir),
+                 "weights_bytes": weights.stat().st_size}  # fmt: skip
         for setting, key in SETTINGS.items():
             entry[setting] = choose(speedups(results, key), source, setting)
         targets.append(entry)

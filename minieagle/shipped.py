@@ -99,12 +99,14 @@ FASTEST_FORMAT = "minieagle-fastest-methods"
 
 def fastest_method(model_dir, greedy: bool) -> dict:
     """What `--method auto` decodes `model_dir` with: the entry of FASTEST_FILE for this target
-    (matched by weights fingerprint, then by directory name, as `default_head` matches heads)
     and setting ("T=0" when greedy, else "T>0", measured at T = 1): {"method", "flags" (the CLI
     flags it was measured with, e.g. {"tree": "chain"}), "speedup", "range", "source", ...}.
+    The entry whose name is the directory's name and whose weights file has the recorded size
+    is taken as it is (hashing SmolLM2's 540 MB would add most of a second to every command);
+    otherwise the weights' fingerprint finds it (a copy elsewhere), and failing that the name.
     A target measured nowhere gets {"method": "vanilla", "why": ...}. A method is recorded only
     where its whole [min..max] speedup over vanilla, measured side by side, was above 1."""
-    from minieagle.checkpoint import read_config_json, target_fingerprint
+    from minieagle.checkpoint import WEIGHTS_FILE, read_config_json, target_fingerprint
 
     data = read_config_json(FASTEST_FILE, fix_missing="reinstall minieagle")
     if data.get("format") != FASTEST_FORMAT or not isinstance(data.get("targets"), list):
@@ -112,12 +114,17 @@ def fastest_method(model_dir, greedy: bool) -> dict:
             f"{FASTEST_FILE} is not a {FASTEST_FORMAT} file; reinstall minieagle"
         )
     setting = "T=0" if greedy else "T>0"
-    weights = Path(model_dir) / "model.safetensors"  # a missing target: its loader explains
-    fingerprint = target_fingerprint(model_dir) if weights.is_file() else None
+    entries = [entry for entry in data["targets"] if setting in entry]
+    weights = Path(model_dir) / WEIGHTS_FILE  # a missing target: its loader explains
+    size = weights.stat().st_size if weights.is_file() else None
     name = Path(model_dir).resolve().name
-    for key, want in (("fingerprint", fingerprint), ("name", name)):
-        for entry in data["targets"]:
-            if entry.get(key) == want and setting in entry:
-                return {"target": entry["name"], "setting": setting, **entry[setting]}
+    same_name = [entry for entry in entries if entry.get("name") == name]
+    found = [entry for entry in same_name if entry.get("weights_bytes") == size]
+    if not found and size is not None:
+        fingerprint = target_fingerprint(model_dir)
+        found = [entry for entry in entries if entry.get("fingerprint") == fingerprint]
+    found = found or same_name
+    if found:
+        return {"target": found[0]["name"], "setting": setting, **found[0][setting]}
     return {"method": "vanilla", "setting": setting,
             "why": f"no measurement of {name} in {FASTEST_FILE.name}"}  # fmt: skip

@@ -51,11 +51,14 @@ def test_generate_prints_the_prompt_and_the_greedy_continuation(checkpoint, caps
     assert "ms/token, tau 1.00 tokens per target forward, stop: " in err
 
 
-def test_method_auto_decodes_with_the_method_measured_fastest(checkpoint, capsys, tmp_path):
+def test_method_auto_decodes_with_the_method_measured_fastest(
+    checkpoint, capsys, tmp_path, monkeypatch
+):
     """The default --method auto: the shipped target gets the method minieagle/pretrained/
-    fastest.json records for its setting (its greedy output unchanged), named by --stats; a
-    copy of its weights elsewhere is matched by fingerprint; a model measured nowhere gets
-    vanilla, with the reason."""
+    fastest.json records for its setting (its greedy output unchanged), named by --stats, found
+    by its name and weights' size without hashing them; a copy of its weights elsewhere is
+    matched by fingerprint; a model measured nowhere gets vanilla, with the reason."""
+    from minieagle import checkpoint as checkpoints
     from minieagle.shipped import fastest_method
 
     prompt = ["generate", "def read_config(path):\n", "--max-new-tokens", "12", "--stats"]
@@ -74,6 +77,14 @@ def test_method_auto_decodes_with_the_method_measured_fastest(checkpoint, capsys
         if (PRETRAINED / "small" / name).is_file():
             (copy / name).write_bytes((PRETRAINED / "small" / name).read_bytes())
     assert fastest_method(copy, greedy=True)["method"] == small["T=0"]["method"]
+    hashed = []
+    real_fingerprint = checkpoints.target_fingerprint
+    monkeypatch.setattr(checkpoints, "target_fingerprint",
+                        lambda d: hashed.append(d) or real_fingerprint(d))  # fmt: skip
+    assert fastest_method(PRETRAINED / "small", greedy=True)["method"] == small["T=0"]["method"]
+    assert hashed == []  # the name and the size found it
+    assert fastest_method(copy, greedy=True)["method"] == small["T=0"]["method"]
+    assert hashed == [copy]  # another name: the fingerprint
     chosen = fastest_method(checkpoint, greedy=True)
     assert chosen["method"] == "vanilla" and "no measurement of nano" in chosen["why"]
 

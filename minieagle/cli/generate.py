@@ -40,14 +40,15 @@ def cmd_generate(args) -> int:
             f"tau {result.tau:.2f} tokens per target forward, stop: {result.stop_reason}]",
             file=sys.stderr,
         )
-        if chosen is not None:
-            print(f"[{describe_auto_method(chosen)}]", file=sys.stderr)
-        print_drafter_lines(drafter)
+        print_drafter_lines(drafter, chosen)
     return 0
 
 
-def print_drafter_lines(drafter) -> None:
-    """--stats: how the drafter drafted (the tree sizing chose; the dynamic tree's options)."""
+def print_drafter_lines(drafter, chosen: dict | None) -> None:
+    """--stats: the method --method auto chose (`chosen`, None when one was named) and how the
+    drafter drafted (the tree sizing chose; the dynamic tree's options)."""
+    if chosen is not None:
+        print(f"[{describe_auto_method(chosen)}]", file=sys.stderr)
     if getattr(drafter, "sizing", None) is not None:
         print(f"[{drafter.sizing.describe()}]", file=sys.stderr)
     if hasattr(drafter, "active_calibration"):  # the dynamic tree's options as decoded
@@ -116,9 +117,7 @@ def cmd_chat(args) -> int:
                 f"forward, stop: {result.stop_reason}]",
                 file=sys.stderr,
             )
-            if chosen is not None:
-                print(f"[{describe_auto_method(chosen)}]", file=sys.stderr)
-            print_drafter_lines(chat.last_drafter)
+            print_drafter_lines(chat.last_drafter, chosen)
         if interactive:
             print("> ", end="", file=sys.stderr, flush=True)
     return 0
