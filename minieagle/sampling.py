@@ -135,6 +135,31 @@ def target_distribution(logits, params: SamplingParams) -> np.ndarray:
     return probs / probs.sum()
 
 
+def target_distributions(logits, params: SamplingParams) -> np.ndarray:
+    """`target_distribution` of every row of a matrix [F, V] -> host float64 [F, V]: one softmax
+    over all rows where no top-k / top-p filter applies (a sampled draft tree's level), else row
+    by row."""
+    x = _to_host_float64(logits)  # [F, V]
+    if x.ndim != 2 or x.shape[1] == 0:
+        raise InvalidInputError(
+            f"logits must be a matrix of shape [F, V] with V > 0; got shape {x.shape}"
+        )
+    vocab_size = x.shape[1]
+    if len(x) == 0:
+        return np.zeros_like(x)
+    if params.greedy or 0 < params.top_k < vocab_size or params.top_p < 1:
+        return np.stack([target_distribution(row, params) for row in x])
+    bad = int(np.count_nonzero(~np.isfinite(x)))
+    if bad:
+        raise InvalidInputError(
+            f"logits hold {bad} non-finite value(s) (NaN or inf) among {x.size}; check the model "
+            "forward for overflow, and mask tokens with a large negative finite logit, not -inf"
+        )
+    with np.errstate(over="ignore"):  # as target_distribution: a too-wide gap weighs 0
+        weights = np.exp((x - x.max(axis=-1, keepdims=True)) / params.temperature)  # [F, V]
+    return weights / weights.sum(axis=-1, keepdims=True)
+
+
 class Randomness(Protocol):
     """The one interface all randomness goes through (decoding and verification alike)."""
 

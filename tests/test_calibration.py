@@ -56,7 +56,7 @@ from minieagle.calibration import (
 from minieagle.drafters.eagle2 import Eagle2Drafter
 from minieagle.drafters.head_drafter import draft_children
 from minieagle.errors import InvalidInputError
-from minieagle.generate import greedy_reference
+from minieagle.generate import generate, greedy_reference
 from minieagle.sampling import SamplingParams, SeededRandomness, setting_name
 from minieagle.testing import generation_law, target_law, total_variation
 
@@ -381,6 +381,9 @@ SAMPLED_CASES = [
     (SamplingParams(temperature=2.0, top_k=2), 1, 2, 3, 1, [3, 1]),
     (SamplingParams(temperature=1.0, top_k=2), 2, 1, 3, 2, [1, 3]),
     (SamplingParams(temperature=1.0, top_k=2), 1, 2, 3, 2, [3, 1]),
+    # top-p keeps 2 tokens of one expanded node's draft law and 1 of the other's: a level of
+    # unequal numbers of draws (`test_a_sampled_level_can_draw_unequal_numbers_per_node`)
+    (SamplingParams(temperature=2.0, top_p=0.8), 1, 2, 3, 2, [1, 0]),
 ]
 
 
@@ -394,6 +397,25 @@ def test_the_sampled_tree_has_the_target_law(sampling, depth, top_k, total, n, p
         return _drafter(depth, top_k, total, sampled_tree=True, calibration=calibration)
 
     _assert_target_law(prompt, make, sampling, n)
+
+
+def test_a_sampled_level_can_draw_unequal_numbers_per_node(monkeypatch):
+    """The last SAMPLED_CASES case reaches a level whose nodes' processed draft laws keep 2 and
+    1 tokens: the level is added node by node, each with its own number of draws (its law is
+    checked above)."""
+    import minieagle.drafters.eagle2 as eagle2_module
+
+    sampling, depth, top_k, total, _, prompt = SAMPLED_CASES[-1]
+    calls = []
+
+    def counting(pool, parents, tokens, *rest):
+        calls.append((len(parents), tokens.shape[1]))
+        return dt.add_children(pool, parents, tokens, *rest)
+
+    monkeypatch.setattr(eagle2_module, "add_children", counting)
+    generate(TARGET, CONFIG, prompt, drafter=_drafter(depth, top_k, total, sampled_tree=True),
+             max_new_tokens=1, sampling=sampling, seed=0)  # fmt: skip
+    assert calls == [(1, 2), (1, 2), (1, 1)]  # the root's 2 draws; then 2 and 1
 
 
 class _TokenScored(Eagle2Drafter):

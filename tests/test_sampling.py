@@ -471,3 +471,32 @@ def test_top_k_rows_equals_a_stable_full_sort_of_each_row(values, k):
 
     expected = np.argsort(-values, axis=-1, kind="stable")[:, :k]
     assert top_k_rows(values, k).tolist() == expected.tolist()
+
+
+@_SETTINGS
+@given(
+    hnp.arrays(
+        np.float64,
+        st.tuples(st.integers(0, 5), st.integers(1, 12)),
+        elements=st.floats(-20, 20) | st.integers(-3, 3).map(float),
+    ),
+    _params,
+)
+def test_target_distributions_is_target_distribution_of_each_row(logits, params):
+    """The batched law of a sampled tree's level (one softmax for all rows when nothing is
+    filtered) equals the one-row law row by row, to rounding."""
+    from minieagle.sampling import target_distributions
+
+    got = target_distributions(logits, params)
+    assert got.shape == logits.shape
+    for row, law in zip(logits, got, strict=True):
+        np.testing.assert_allclose(law, target_distribution(row, params), rtol=1e-12, atol=1e-15)
+
+
+def test_target_distributions_rejects_bad_rows_as_target_distribution_does():
+    from minieagle.sampling import target_distributions
+
+    with pytest.raises(ValueError, match=r"1 non-finite value\(s\) \(NaN or inf\) among 6"):
+        target_distributions(np.array([[0.0, 1.0, 2.0], [0.0, np.nan, 1.0]]), SamplingParams(1.0))
+    with pytest.raises(ValueError, match=r"shape \[F, V\] with V > 0; got shape \(3,\)"):
+        target_distributions(np.zeros(3), SamplingParams(1.0))

@@ -75,8 +75,8 @@ from minieagle.sampling import (
     Randomness,
     SamplingParams,
     setting_name,
-    target_distribution,
-    top_k_indices,
+    target_distributions,
+    top_k_rows,
 )
 from minieagle.tree import Tree, children
 
@@ -300,20 +300,26 @@ class Eagle2Drafter(HeadDrafter):
             return add_children(pool, expanded, tokens, confidence, log_accept)
         # An EAGLE-3 head's logits are -inf outside its draft vocabulary: weight 0 there.
         finite = np.where(np.isneginf(logits), np.finfo(np.float64).min, logits)  # [F, V]
-        start, pending = len(pool), []  # (first pool index, children, q) per expanded node
-        for parent, row in zip(expanded, finite, strict=True):
-            q = target_distribution(row, self.sampling)  # [V] the processed draft distribution
-            count = min(self.top_k, int(np.count_nonzero(q)))
-            confidence = np.log(self._draw_confidence(q, count))[None, :]  # [1, m]
-            log_accept = self._log_accept(None, None, confidence)
-            unknown = np.full((1, count), -1, dtype=np.int64)  # drawn below, where usable
-            pool = add_children(pool, [parent], unknown, confidence, log_accept)
-            proposals += [None] * count
-            pending.append((len(pool) - count, count, q))
+        q = target_distributions(finite, self.sampling)  # [F, V] the processed draft laws
+        counts = np.minimum(self.top_k, np.count_nonzero(q, axis=-1))  # [F] draws per node
+        confidence = self._draw_confidence(q, int(counts.max()))  # [F, m]
+        start = len(pool)
+        if (counts == counts[0]).all():  # the whole level at once (no filter emptied a row)
+            groups = [(expanded, confidence)]
+        else:  # node by node, each with its own number of draws
+            rows = zip(expanded, confidence, counts, strict=True)
+            groups = [([e], c[None, :n]) for e, c, n in rows]
+        for parents, drawn_confidence in groups:
+            log_confidence = np.log(drawn_confidence)  # [F or 1, m]
+            unknown = np.full(log_confidence.shape, -1, dtype=np.int64)  # drawn below if usable
+            log_accept = self._log_accept(None, None, log_confidence)
+            pool = add_children(pool, parents, unknown, log_confidence, log_accept)
+        proposals += [None] * int(counts.sum())
         usable = self._usable(pool, start)  # [M - start]
-        for first, count, q in pending:
+        firsts = start + np.cumsum(counts) - counts  # [F] each node's first child
+        for first, count, row in zip(firsts.tolist(), counts.tolist(), q, strict=True):
             wanted = np.flatnonzero(usable[first - start : first - start + count])
-            drawn = draw_children(q, int(wanted[-1]) + 1 if len(wanted) else 0, rng)
+            drawn = draw_children(row, int(wanted[-1]) + 1 if len(wanted) else 0, rng)
             for j, (token, proposal) in enumerate(drawn):  # EAGLE-1's draws
                 pool.tokens[first + j] = token
                 proposals[first + j] = proposal
@@ -334,10 +340,11 @@ class Eagle2Drafter(HeadDrafter):
         return usable
 
     def _draw_confidence(self, q: np.ndarray, count: int) -> np.ndarray:
-        """Confidences [count] of the draws from the processed draft distribution q [V], fixed
-        before drawing (module docstring): the first draw 1, draw j > 1 the j-th largest q."""
-        confidence = q[top_k_indices(q, count)]
-        confidence[0] = 1.0
+        """Confidences [F, count] of the draws from the processed draft distributions q [F, V],
+        fixed before drawing (module docstring): the first draw 1, draw j > 1 the j-th largest
+        q of its row."""
+        confidence = np.take_along_axis(q, top_k_rows(q, count), axis=-1)
+        confidence[:, 0] = 1.0
         return confidence
 
     def _log_accept(self, logits, tokens, confidence) -> np.ndarray:
