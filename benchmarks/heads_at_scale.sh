@@ -138,12 +138,13 @@ fi
 # 4. Each trained head's scores fitted on chat requests (`minieagle calibrate`, beside the head),
 #    as soon as its training ends; then both heads measured on held-out chat prompts, every
 #    method side by side (tau at T = 0 and 1, speed against vanilla, greedy outputs against
-#    vanilla's), once.
-if ! running "pgrep -f .train .h --target" && ! running "calibrate --head $S/eagle" \
+#    vanilla's), once: τ and outputs only (no cost curve, one repeat), since the second pass
+#    (step 5) trains beside it; speed is measured on a quiet machine by benchmarks/smollm2_cli.py.
+if ! running "pgrep -f .train .h --target" && ! running "calibrate --head $S/eagle./final" \
     && ! running smollm2_methods.py && [ ! -f $S/smollm2-methods.json ]; then
   nohup nice -n 5 bash -c "
     for h in eagle3 eagle1; do
-      (while pgrep -f \"train \$h --target $M\" >/dev/null; do sleep 60; done
+      (while pgrep -f \"train \$h --target $M .*--out-dir $S/\$h\\\$\" >/dev/null; do sleep 60; done
        [ -f $S/\$h/final/model.safetensors ] && [ ! -f $S/\$h/final/calibration.json ] &&
          minieagle calibrate --head $S/\$h/final --model $M --fit-prompts 4 --val-prompts 6 \
            --temperatures 0.35,0.5 >$S/calibrate-\$h.log 2>&1) &
@@ -151,7 +152,8 @@ if ! running "pgrep -f .train .h --target" && ! running "calibrate --head $S/eag
     wait
     [ -f $S/eagle3/final/calibration.json ] && [ -f $S/eagle1/final/calibration.json ] &&
       python benchmarks/smollm2_methods.py --model $M --eagle1-head $S/eagle1/final \
-        --eagle3-head $S/eagle3/final --out $S/smollm2-methods.json >$S/methods.log 2>&1" \
+        --eagle3-head $S/eagle3/final --no-cost-curve --repeats 1 \
+        --out $S/smollm2-methods.json >$S/methods.log 2>&1" \
     >"$S/finish.log" 2>&1 &
 fi
 # 5. SmolLM2's EAGLE-3 head, a second pass over the same answers (the tiny target's heads gained
@@ -159,8 +161,9 @@ fi
 #    data", and distilling SmolLM2's answers costs 6x more than training on them): the first
 #    run's final state copied to eagle3-2p and trained to step 6400 (pass 2 reads the windows in
 #    a new order; the rate steps back up from the decayed 3e-4 to 3e-3, then decays again over
-#    the last 320 steps), two BLAS threads, once both first heads are measured; then calibrated.
-if [ -f $S/smollm2-methods.json ] && [ ! -f $S/eagle3-2p/final/calibration.json ] \
+#    the last 320 steps), two BLAS threads, once both first heads are calibrated; then calibrated.
+if [ -f $S/eagle3/final/calibration.json ] && [ -f $S/eagle1/final/calibration.json ] \
+    && [ ! -f $S/eagle3-2p/final/calibration.json ] \
     && ! running "out-dir $S/eagle3-2p" && ! running "calibrate --head $S/eagle3-2p"; then
   nohup nice -n 5 bash -c "
     if [ ! -f $S/eagle3-2p/eagle_train_config.json ]; then
