@@ -471,9 +471,9 @@ assert answer.tokens == expected and answer.stop_reason == "eos"
 # tokens. EAGLE-2 grows a dynamic tree from the head's confidences (notebook 04). The head must
 # be trained for this target: `minieagle/pretrained/smollm2-eagle1` is one, trained on this
 # project's CPU in about 2.3 hours on 3.3M tokens of SmolLM2's own chat answers
-# (docs/real_models.md, "EAGLE heads for SmolLM2"). Where it is absent, a freshly initialised head stands in: the loop below is the
-# same, but such a head proposes near-random tokens and τ (tokens emitted per target forward)
-# stays about 1.
+# (docs/real_models.md, "EAGLE heads for SmolLM2"). Where it is absent, a freshly initialised
+# head stands in: the loop below is the same, but such a head proposes near-random tokens and τ
+# (tokens emitted per target forward) stays about 1.
 
 # %%
 head_dir = PRETRAINED / "smollm2-eagle1"
