@@ -474,3 +474,28 @@ def test_fastest_methods_chooses_by_the_whole_range_and_matches_the_shipped_file
             source = entry[setting]["source"]
             results = json.loads((BENCHMARKS.parent / source).read_text())
             assert entry[setting] == script.choose(script.speedups(results, key), source, setting)
+
+
+def test_the_sampled_tree_shape_script_measures_tau_and_speed(scripts, tmp_path):
+    """benchmarks/sampled_tree_shape.py at its smallest: a τ row per (method, depth, top_k) on
+    validation prompts, each within [1, levels + 1] and the mean of its kinds' runs; --speed
+    benches vanilla and each (method, depth) side by side at T = 0 and T = 1."""
+    shape = importlib.import_module("sampled_tree_shape")
+    common = ["--prompts-per-kind", "1", "--new-tokens", "6", "--total-tokens", "6",
+              "--methods", "eagle2,eagle3", "--depths", "1,2", "--top-ks", "2"]  # fmt: skip
+    assert shape.main([*common, "--out", str(tmp_path / "tau.json")]) == 0
+    tau = json.loads((tmp_path / "tau.json").read_text())
+    assert tau["settings"]["prompt_split"] == "validation" and tau["settings"]["prompts"] == 2
+    for method in ("eagle2", "eagle3"):
+        assert list(tau[method]) == ["depth 1, top_k 2", "depth 2, top_k 2"]
+        for row in tau[method].values():
+            assert 1 <= row["tau"] <= row["depth"] + 2
+            assert set(row["by_kind"]) == {"prose", "code"} and len(row["tau_per_prompt"]) == 2
+    speed_argv = [*common, "--speed", "--repeats", "1", "--out", str(tmp_path / "s.json")]
+    assert shape.main(speed_argv) == 0
+    speed = json.loads((tmp_path / "s.json").read_text())
+    for setting in ("T=0", "T=1"):
+        assert set(speed[setting]["all"]) == {"vanilla", "eagle2 depth 1", "eagle2 depth 2",
+                                              "eagle3 depth 1", "eagle3 depth 2"}  # fmt: skip
+        assert speed[setting]["all"]["vanilla"]["tau"] == 1.0
+    assert speed["T=0"]["all"]["eagle2 depth 2"]["differs_from_vanilla"] == 0
