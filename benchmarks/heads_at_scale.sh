@@ -158,8 +158,8 @@ if ! running "pgrep -f .train .h --target" && ! running "calibrate --head $S/eag
 fi
 # 5. SmolLM2's EAGLE-3 head, a second pass over the same answers (the tiny target's heads gained
 #    as much from a second pass as from twice the data, docs/eagle3.md "More passes over less
-#    data", and distilling SmolLM2's answers costs about 5x more than training on them (97 against 515 tokens/s)): the first
-#    run's final state copied to eagle3-2p and trained to step 6400 (pass 2 reads the windows in
+#    data", and distilling SmolLM2's answers costs about 5x more than training on them: 97
+#    against 515 tokens/s): the first run's final state copied to eagle3-2p and trained to step 6400 (pass 2 reads the windows in
 #    a new order; the rate steps back up from the decayed 3e-4 to 3e-3, then decays again over
 #    the last 320 steps), two BLAS threads, once both first heads are calibrated; then calibrated.
 if [ -f $S/eagle3/final/calibration.json ] && [ -f $S/eagle1/final/calibration.json ] \
