@@ -71,16 +71,7 @@ def main(argv=None) -> int:
                 result = generate(*target, ids, drafter=drafter, max_new_tokens=args.new_tokens,
                                   sampling=sampling, seed=i, stop_at_eos=False)  # fmt: skip
                 runs.append((kind, result))
-            per_prompt = [r.tau for _, r in runs]
-            results[label][name] = {
-                "tau": emitted_per_forward([r for _, r in runs]),
-                "by_kind": {
-                    kind: emitted_per_forward([r for k, r in runs if k == kind])
-                    for kind in sorted({k for k, _ in runs})
-                },  # fmt: skip
-                "tau_per_prompt": per_prompt,
-                "tau_standard_error": float(np.std(per_prompt, ddof=1) / np.sqrt(len(runs))),
-            }
+            results[label][name] = tau_summary(runs)
             print(f"{label} {name:24s} tau {results[label][name]['tau']:.2f}", flush=True)
     for name in results["T=0"]:
         ratio = results["T=1"][name]["tau"] / results["T=0"][name]["tau"]
@@ -89,11 +80,32 @@ def main(argv=None) -> int:
                            "prompts_per_kind": args.prompts_per_kind,
                            "new_tokens": args.new_tokens, "sizes": SIZES,
                            "seconds": time.perf_counter() - start}  # fmt: skip
-    if args.out:
-        with open(args.out, "w") as f:
+    write_json(results, args.out)
+    return 0
+
+
+def tau_summary(runs) -> dict:
+    """τ of decodings `runs` [(prompt kind, GenerationResult)]: pooled over all of them and by
+    kind (emitted tokens / target forwards), per prompt, and the standard error of the
+    per-prompt mean."""
+    per_prompt = [r.tau for _, r in runs]
+    return {
+        "tau": emitted_per_forward([r for _, r in runs]),
+        "by_kind": {
+            kind: emitted_per_forward([r for k, r in runs if k == kind])
+            for kind in sorted({k for k, _ in runs})
+        },  # fmt: skip
+        "tau_per_prompt": per_prompt,
+        "tau_standard_error": float(np.std(per_prompt, ddof=1) / np.sqrt(len(runs))),
+    }
+
+
+def write_json(results: dict, path) -> None:
+    """`results` as indented JSON in `path` (nothing when path is None)."""
+    if path:
+        with open(path, "w") as f:
             json.dump(results, f, indent=1)
             f.write("\n")
-    return 0
 
 
 if __name__ == "__main__":

@@ -22,17 +22,16 @@ prompts; the sampled tree at T = 1 as above.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
-import numpy as np
+from default_tau import tau_summary, write_json
 
 from minieagle import inference
 from minieagle.bench_methods import compare_methods, format_report
 from minieagle.calibration import validation_prompts
 from minieagle.checkpoint import load_checkpoint
 from minieagle.drafters import build_drafter
-from minieagle.generate import emitted_per_forward, generate
+from minieagle.generate import generate
 from minieagle.sampling import SamplingParams
 from minieagle.shipped import DEFAULT_MODEL
 
@@ -77,16 +76,8 @@ def main(argv=None) -> int:
                     result = generate(*target, ids, drafter=drafter, sampling=sampling, seed=i,
                                       max_new_tokens=args.new_tokens, stop_at_eos=False)
                     runs.append((kind, result))
-                per_prompt = [r.tau for _, r in runs]
-                results[method][f"depth {depth}, top_k {top_k}"] = {
-                    "depth": depth, "top_k": top_k,
-                    "tau": emitted_per_forward([r for _, r in runs]),
-                    "by_kind": {kind: emitted_per_forward([r for k, r in runs if k == kind])
-                                for kind in ("prose", "code")},
-                    "tau_standard_error": float(np.std(per_prompt, ddof=1) / np.sqrt(len(runs))),
-                    "tau_per_prompt": per_prompt,
-                }  # fmt: skip
-                row = results[method][f"depth {depth}, top_k {top_k}"]
+                row = {"depth": depth, "top_k": top_k, **tau_summary(runs)}
+                results[method][f"depth {depth}, top_k {top_k}"] = row
                 print(f"{method} depth {depth} top_k {top_k}: tau {row['tau']:.2f} "
                       f"(s.e. {row['tau_standard_error']:.2f})", flush=True)
     results["settings"] = {"prompts": len(prompts), "prompt_split": "validation",
@@ -94,10 +85,7 @@ def main(argv=None) -> int:
                            "temperature": 1.0,
                            "new_tokens": args.new_tokens, "total_tokens": args.total_tokens,
                            "seconds": time.perf_counter() - start}  # fmt: skip
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
-            f.write("\n")
+    write_json(results, args.out)
     return 0
 
 
@@ -118,10 +106,7 @@ def speed(target, prompts, depths, top_k, args) -> int:
                            "prompts_per_kind": args.prompts_per_kind, "seeds": args.seeds,
                            "new_tokens": args.new_tokens, "total_tokens": args.total_tokens,
                            "top_k": top_k, "repeats": args.repeats}  # fmt: skip
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
-            f.write("\n")
+    write_json(results, args.out)
     return 0
 
 
