@@ -38,10 +38,12 @@ from minieagle.heads.eagle1 import (
     Eagle1Config,
     eagle1_loss,
     eagle1_metrics,
+    head_param_shapes,
     init_head,
+    load_head,
     save_head,
 )
-from minieagle.heads.eagle3_io import save_eagle3_head
+from minieagle.heads.eagle3_io import load_eagle3_head, save_eagle3_head
 from minieagle.heads.medusa import MedusaRecipe
 from minieagle.host_memory import keep_freed_memory
 from minieagle.optim import AdamW, AdamWConfig, clip_grad_norm, cosine_lr, wsd_lr
@@ -90,6 +92,10 @@ class EagleTrainConfig:
     # eagle3: how the draft LM head and final norm start: "random" (as the official code) or
     # "target": the target's LM-head rows of the draft vocabulary and its final norm
     lm_head_init: str = "random"
+    # a trained head's directory (as `save_head` / `save_eagle3_head` write it) whose weights start
+    # the run instead of fresh ones, e.g. a shipped head continued on new data; an EAGLE-3 head
+    # also keeps its draft vocabulary. "" = a fresh head.
+    init_from: str = ""
     corpora: tuple[str, ...] = ("prose", "code")
     steps: int = 2500
     batch_size: int = 8
@@ -156,6 +162,16 @@ class EagleTrainConfig:
         if self.lm_head_init not in LM_HEAD_INITS:
             raise InvalidInputError(
                 f"lm_head_init={self.lm_head_init!r} is not one of {LM_HEAD_INITS}"
+            )
+        if self.init_from and self.head == "medusa":
+            raise InvalidInputError(
+                f"init_from={self.init_from!r}: only EAGLE heads can start from a trained head; "
+                "leave it empty for medusa"
+            )
+        if self.init_from and self.lm_head_init != "random":
+            raise InvalidInputError(
+                f"lm_head_init={self.lm_head_init!r} and init_from={self.init_from!r} both say how "
+                "the LM head starts; the head in init_from brings its own: drop lm_head_init"
             )
         if self.head == "eagle1" and self.lm_head_init != "random":
             raise InvalidInputError(
@@ -383,7 +399,18 @@ class Eagle1Recipe:
     }
 
     def init_head(self, seed: int) -> dict:
-        return init_head(self.head_cfg, seed=seed)
+        """A fresh head, or the head saved in `init_from` (the same shape as this run's)."""
+        if not self.cfg.init_from:
+            return init_head(self.head_cfg, seed=seed)
+        head, saved_cfg = load_head(self.cfg.init_from, target_dir=self.cfg.target)
+        _check_same_shapes(self.cfg.init_from, head, head_param_shapes(self.head_cfg))
+        if (saved_cfg.inputs, saved_cfg.fc_bias) != (self.head_cfg.inputs, self.head_cfg.fc_bias):
+            raise InvalidInputError(
+                f"the head in {self.cfg.init_from} reads inputs={saved_cfg.inputs!r} with "
+                f"fc_bias={saved_cfg.fc_bias}, this run inputs={self.head_cfg.inputs!r} with "
+                f"fc_bias={self.head_cfg.fc_bias}; pass --inputs {saved_cfg.inputs}"
+            )
+        return _as_run_arrays(head, init_head(self.head_cfg, seed=seed))
 
     feature_keys = ("final",)  # the target's hidden states a batch is made of
 
@@ -454,6 +481,21 @@ class Eagle3Recipe:
 
     def __init__(self, cfg: EagleTrainConfig, target_params, target_config, train_streams):
         self.cfg, self.target_params, self.target_config = cfg, target_params, target_config
+        self.start = None
+        if cfg.init_from:  # a trained head: its weights, its draft vocabulary, its aux layers
+            self.start, self.head_cfg, self.vocab = load_eagle3_head(
+                cfg.init_from, target_config=target_config, target_dir=cfg.target
+            )
+            asked = {"draft_vocab_size": cfg.draft_vocab_size, "aux_layers": cfg.aux_layers}
+            saved = {"draft_vocab_size": self.head_cfg.draft_vocab_size,
+                     "aux_layers": self.head_cfg.aux_layers}  # fmt: skip
+            for name, value in asked.items():
+                if value and value != saved[name]:
+                    raise InvalidInputError(
+                        f"{name}={value} differs from the head in {cfg.init_from} "
+                        f"({saved[name]}); drop {name} (the head brings its own)"
+                    )
+            return
         V = target_config.vocab_size
         if isinstance(train_streams, FeaturePool):  # recorded windows: count their tokens
             counts = train_streams.token_counts(V)
@@ -477,8 +519,12 @@ class Eagle3Recipe:
         the draft vocabulary (draft id i -> target id vocab.ids[i]) and its final norm as the
         target's, so the draft begins by reading its last hidden state as the target reads its
         own (EAGLE-1 borrows the target's head outright; the official EAGLE-3 code starts both at
-        random)."""
+        random). With `init_from`, the head saved there."""
         head = eagle3.init_head(self.head_cfg, seed=seed)
+        if self.start is not None:
+            shapes = eagle3.head_param_shapes(self.head_cfg)
+            _check_same_shapes(self.cfg.init_from, self.start, shapes)
+            return _as_run_arrays(self.start, head)
         if self.cfg.lm_head_init == "target":
             rows = to_host(self.vocab.ids)
             xp = array_module(head["lm_head.weight"])
@@ -538,6 +584,25 @@ class Eagle3Recipe:
             directory, head, self.head_cfg, self.vocab, target_dir=self.cfg.target,
             dtype=self.cfg.export_dtype,
         )  # fmt: skip
+
+
+def _check_same_shapes(directory, head: dict, shapes: dict) -> None:
+    """Refuse a saved head whose tensors are not those of this run's head."""
+    got = {name: tuple(value.shape) for name, value in head.items()}
+    if got != {name: tuple(shape) for name, shape in shapes.items()}:
+        raise InvalidInputError(
+            f"the head in {directory} has tensors {got}, this run's head {dict(shapes)}; "
+            "start from a head trained for this target with the same settings"
+        )
+
+
+def _as_run_arrays(saved: dict, fresh: dict) -> dict:
+    """The saved head's values as this run's arrays: float32, on the fresh head's array
+    module (NumPy or CuPy)."""
+    return {
+        name: array_module(fresh[name]).asarray(saved[name], dtype=fresh[name].dtype)
+        for name in fresh
+    }
 
 
 RECIPES = {"eagle1": Eagle1Recipe, "eagle3": Eagle3Recipe, "medusa": MedusaRecipe}

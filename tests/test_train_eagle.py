@@ -175,6 +175,23 @@ def test_resume_check_catches_a_resume_that_forgets_the_noise_and_data_order(
     assert len(_differing(tmp_path, reference[0])) > 0
 
 
+def test_a_run_continues_a_trained_head(tmp_path, target_dir, reference):
+    """init_from: the run's first evaluation is the saved run's last (the same head on the same
+    validation windows), not a fresh head's; a head of other inputs is refused."""
+    _, saved_log, _ = reference
+    cfg = _config(target_dir, tmp_path / "continued", init_from=saved_log["export_dir"],
+                  steps=2, eval_every=2, seed=5)  # fmt: skip
+    first = train_eagle1(cfg, progress=False)["evals"][0]
+    last_saved, fresh_first = saved_log["evals"][-1], saved_log["evals"][0]
+    for key in ("val_loss_prose", "val_loss_code"):
+        assert first[key] == pytest.approx(last_saved[key], rel=1e-6)
+        assert first[key] != pytest.approx(fresh_first[key], rel=1e-3)
+    other = _config(target_dir, tmp_path / "other", init_from=saved_log["export_dir"],
+                    inputs="token")  # fmt: skip
+    with pytest.raises(ValueError, match="has tensors|reads inputs"):
+        train_eagle1(other, progress=False)
+
+
 def test_resuming_a_run_of_another_head_is_refused(tmp_path, target_dir):
     train_eagle1(_config(target_dir, tmp_path, steps=2, save_every=1), progress=False)
     with pytest.raises(ValueError, match=r"holds a run with inputs='token\+feature', not 'token'"):

@@ -197,6 +197,40 @@ def test_the_draft_lm_head_starts_at_random_or_as_the_targets_rows(tmp_path, tar
     )
 
 
+def test_a_run_continues_a_trained_head_with_its_vocabulary(tmp_path, target_dir, reference):
+    """init_from: the run starts at the saved head (its first evaluation is the saved run's
+    last, on the same validation windows) and keeps its draft vocabulary, though this run's
+    text (a shorter prefix of the corpora) would count another one."""
+    saved_dir, saved_log, _ = reference
+    other_text = {"max_train_chars": 8_000, "steps": 2, "eval_every": 2, "seed": 3}
+    fresh = train_eagle_module.Eagle3Recipe(
+        _config(target_dir, tmp_path / "fresh", **other_text), *load_checkpoint(target_dir)[:2],
+        [train_eagle_module.token_stream(load_checkpoint(target_dir)[2], c, "train",
+                                         tmp_path, 8_000)[0] for c in ("prose", "code")],
+    )  # fmt: skip
+    _, _, saved_vocab = load_eagle3_head(saved_log["export_dir"])
+    assert not np.array_equal(fresh.vocab.ids, saved_vocab.ids)  # the test can tell them apart
+    cfg = _config(target_dir, tmp_path / "continued", init_from=saved_log["export_dir"],
+                  **{**other_text, "max_train_chars": 50_000})  # fmt: skip
+    log = train_eagle_head(cfg, progress=False)
+    first, last_saved = log["evals"][0], saved_log["evals"][-1]
+    assert first["step"] == 0
+    for key in ("val_loss_prose", "val_loss_code", "val_top1_2_code"):
+        assert first[key] == pytest.approx(last_saved[key], rel=1e-6)
+    _, _, vocab = load_eagle3_head(log["export_dir"])
+    assert np.array_equal(vocab.ids, saved_vocab.ids)
+    short = _config(target_dir, tmp_path / "short", init_from=saved_log["export_dir"], **other_text)
+    assert np.array_equal(
+        train_eagle_module.Eagle3Recipe(short, *load_checkpoint(target_dir)[:2], []).vocab.ids,
+        saved_vocab.ids,
+    )
+    with pytest.raises(ValueError, match="draft_vocab_size=100 differs from the head"):
+        train_eagle_head(_config(target_dir, tmp_path / "d", init_from=saved_log["export_dir"],
+                                 draft_vocab_size=100), progress=False)  # fmt: skip
+    with pytest.raises(ValueError, match="both say how the LM head starts"):
+        _config(target_dir, tmp_path, init_from=saved_log["export_dir"], lm_head_init="target")
+
+
 def test_bad_heads_are_refused_before_training(tmp_path, target_dir):
     with pytest.raises(ValueError, match="draft_vocab_size=321 is larger than the target's"):
         train_eagle_head(_config(target_dir, tmp_path, draft_vocab_size=321), progress=False)

@@ -70,7 +70,7 @@ def _train_eagle_head(args) -> int:
     names += ("export_dir", "export_dtype", "max_train_chars", "data", "generated_tokens")
     names += ("ttt_steps", "draft_vocab_size", "aux_layers", "lm_head_init")
     names += ("chat_prompts", "prompt_tokens", "cache_features", "max_windows", "medusa_heads")
-    names += ("features", "order", "decay_steps", "until")
+    names += ("features", "order", "decay_steps", "until", "init_from")
     fields = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.medusa_lm_head is not None:
         fields["medusa_own_lm_head"] = args.medusa_lm_head == "own"
@@ -195,6 +195,13 @@ def add_parser(sub) -> None:
         choices=("random", "target"),
         help="eagle3: how the draft LM head and final norm start: random (the official code) "
         "or target (the target's rows for the draft vocabulary and its final norm)",
+    )
+    p.add_argument(
+        "--init-from",
+        dest="init_from",
+        metavar="HEAD_DIR",
+        help="eagle1/eagle3: start from this trained head's weights (an EAGLE-3 head keeps its "
+        "draft vocabulary and aux layers), e.g. a shipped head continued on new data",
     )
     p.add_argument(
         "--aux-layers",
