@@ -3,7 +3,11 @@
 # resuming where it stopped. Run it again after any interruption (a session's end, a kill, a
 # reboot): finished steps are skipped, unfinished ones resume from their last shard or save.
 #
-#   bash benchmarks/heads_at_scale.sh          # start what is not running
+#   bash benchmarks/heads_at_scale.sh          # the runs under way (step 6), what is not running
+#   bash benchmarks/heads_at_scale.sh tiny     # steps 1-2b: the tiny target's runs (finished:
+#                                              # results in docs/results/eagle3-*)
+#   bash benchmarks/heads_at_scale.sh first    # steps 3-5: SmolLM2's first heads (finished:
+#                                              # shipped as minieagle/pretrained/smollm2-*)
 #   bash benchmarks/heads_at_scale.sh status   # where every run stands
 #   bash benchmarks/heads_at_scale.sh snapshot # training states into benchmarks/snapshots/
 #
@@ -15,6 +19,10 @@
 # rebuilds the data, then the training runs start over.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+MODE=${1:-continue}
+case $MODE in continue|tiny|first|status|snapshot) ;; *)
+  echo "unknown mode '$MODE': pass nothing (the runs under way), tiny, first, status or snapshot" >&2
+  exit 2;; esac
 CACHE=${MINIEAGLE_CACHE:-$HOME/.cache/minieagle}
 T=$CACHE/runs/tiny
 S=$CACHE/runs/smollm2
@@ -29,7 +37,7 @@ running() { pgrep -f -- "$1" >/dev/null; }
 # rebuilt deterministically). `snapshot` copies them in; a start restores any run the cache
 # lacks before resuming it.
 SNAP=benchmarks/snapshots
-if [ "${1:-}" = snapshot ]; then
+if [ "$MODE" = snapshot ]; then
   for run in "$T"/scaling/eagle?-8x; do
     [ -f "$run/state/state.json" ] || continue
     dest=$SNAP/$(basename "$run")
@@ -41,7 +49,7 @@ if [ "${1:-}" = snapshot ]; then
   done
   exit 0
 fi
-for snap in "$SNAP"/eagle?-8x; do
+[ "$MODE" = tiny ] && for snap in "$SNAP"/eagle?-8x; do
   [ -d "$snap" ] || continue
   run=$T/scaling/$(basename "$snap")
   if [ ! -f "$run/state/state.json" ]; then
@@ -49,20 +57,21 @@ for snap in "$SNAP"/eagle?-8x; do
   fi
 done
 
-if [ "${1:-}" = status ]; then
+if [ "$MODE" = status ]; then
   for log in "$T"/*.log "$S"/*.log; do
     [ -f "$log" ] || continue
     printf '%s: %s\n' "$(basename "$log")" "$(tail -c 300 "$log" | tr '\r' '\n' | tail -n 1)"
   done
-  for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1; do
+  for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1 "$S"/chat2-T0 "$S"/chat2-T1; do
     [ -d "$run" ] && echo "$run: $(ls -d "$run"/shard-?????  2>/dev/null | wc -l) shards"
   done
-  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p; do
+  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c; do
     [ -f "$run/state/state.json" ] && echo "$run: step $(python -c "import json,sys; print(json.load(open(sys.argv[1]))['step'])" "$run/state/state.json")"
   done
   exit 0
 fi
 
+if [ "$MODE" = tiny ]; then
 # 1. The tiny target's data: its corpora tiled (80 shards, 2.64M tokens), then its own text
 #    (560 shards of 256 windows of 129 tokens, 18.5M tokens), with the features both heads read.
 [ -d "$T/targets/small" ] || { mkdir -p "$T/targets" && cp -r minieagle/pretrained/small "$T/targets/small"; }
@@ -104,6 +113,9 @@ if ! running "eagle3_scaling.py .* --passes" && ! running "distill --target $T/t
       --plot $T/eagle3-greedy-data.png" >"$T/levers.log" 2>&1 &
 fi
 
+fi
+
+if [ "$MODE" = first ]; then
 # 3. SmolLM2: its own answers to chat requests (100 shards of 64 windows of 257 tokens each,
 #    greedy, then sampled at T = 1: about 2M answer tokens), then its EAGLE-3 and EAGLE-1 heads,
 #    one pass over them, warmup-stable-decay, trained side by side (one core each: a head's
@@ -180,4 +192,41 @@ if [ -f $S/eagle3/final/calibration.json ] && [ -f $S/eagle1/final/calibration.j
     minieagle calibrate --head $S/eagle3-2p/final --model $M --fit-prompts 4 --val-prompts 6 \
       --temperatures 0.35,0.5 >$S/calibrate-eagle3-2p.log 2>&1" >"$S/second-pass.log" 2>&1 &
 fi
-echo "started; see: bash benchmarks/heads_at_scale.sh status"
+fi
+
+# 6. SmolLM2's EAGLE-3 head continued on NEW answers (the cache of steps 3-5 was lost with its
+#    machine on 2026-12-02, the second pass at step 3,575 of 6,400 among it): 100 + 100 more
+#    shards of its own chat answers, greedy and T = 1, from other requests and passages (seed
+#    1; steps 3-5 used seed 0), then the shipped head (`--init-from`, its draft vocabulary kept)
+#    trained over them for one pass, the same schedule (warmup back to 3e-3, the last 320 steps
+#    decaying), two BLAS threads; then calibrated, then τ measured on the held-out chat prompts.
+#    The shipped head is copied into the cache first, so the run resumes from the same start
+#    even after a new head is shipped.
+if [ "$MODE" = continue ]; then
+  H=$S/eagle3-c
+  if ! running "distill --target $M --out-dir $S/chat2" && ! running "out-dir $H" \
+      && ! running "calibrate --head $H" && ! running "eagle3-head $H"; then
+    nohup nice -n 5 bash -c "
+      for t in 0 1; do  # two processes, one per core, each writing every other shard
+        for w in 1 0; do
+          minieagle distill --target $M --out-dir $S/chat2-T\$t --source chat --temperature \$t \
+            --seed 1 --shards 100 --shard-windows 64 --batch-size 32 --window-tokens 257 \
+            --prompt-tokens 48 --keys 2,15,27,final --worker \$w/2 --quiet &
+        done
+        wait -n && wait -n || exit 1
+      done
+      [ -d $S/start-eagle3 ] || cp -r minieagle/pretrained/smollm2-eagle3 $S/start-eagle3
+      [ -f $H/final/model.safetensors ] || OPENBLAS_NUM_THREADS=2 minieagle train eagle3 \
+        --target $M --data features --features $S/chat2-T0 $S/chat2-T1 --init-from $S/start-eagle3 \
+        --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps 320 --lr 3e-3 \
+        --warmup-steps 50 --ttt-steps 3 --eval-every 400 --eval-batches 2 --save-every 25 \
+        --export-dtype float16 --out-dir $H >>$S/train-eagle3-c.log 2>&1 || exit 1
+      [ -f $H/final/calibration.json ] || minieagle calibrate --head $H/final --model $M \
+        --fit-prompts 4 --val-prompts 6 --temperatures 0.35,0.5 >$S/calibrate-eagle3-c.log 2>&1
+      [ -f $S/e3-c-tau.json ] || python benchmarks/smollm2_methods.py --model $M \
+        --eagle3-head $H/final --eagle1-head minieagle/pretrained/smollm2-eagle1 \
+        --methods eagle3,eagle3-60,pld --no-cost-curve --repeats 1 \
+        --out $S/e3-c-tau.json >$S/methods-c.log 2>&1" >"$S/continue.log" 2>&1 &
+  fi
+fi
+echo "started ($MODE); see: bash benchmarks/heads_at_scale.sh status"
