@@ -25,7 +25,14 @@ from minieagle.drafters import Drafter, NoDrafter
 from minieagle.errors import InvalidInputError
 from minieagle.kvcache import KVCache
 from minieagle.sampling import Randomness, SamplingParams, SeededRandomness, target_distribution
+from minieagle.block_verify import verify_block
 from minieagle.verify import verify
+
+# How a drafted tree is judged (docs/lossless.md): "block" judges a chain as one block
+# (`block_verify`: never fewer accepted tokens than token by token, in expectation) and a tree by
+# recursive rejection sampling; "token" judges every draft token by token (`verify`). Both are
+# lossless and give the same greedy verdicts.
+VERIFIERS = {"block": verify_block, "token": verify}
 
 
 @dataclass
@@ -172,6 +179,7 @@ def generate(
     stop_token_ids: Iterable[int] | None = None,
     on_tokens: Callable[[list[int]], None] | None = None,
     fast: bool = True,
+    verification: str = "block",
 ) -> GenerationResult:
     """Continue `prompt_ids` (host ints) with the target, drafts from `drafter` (none: vanilla).
 
@@ -184,8 +192,14 @@ def generate(
     T > 0 and drafting. `on_tokens(tokens)`, when given, is called after every cycle with the
     tokens that cycle emitted (the stop token included), so a caller can stream them.
     fast=False runs the target on the readable `model.forward` instead of the fast path (the
-    same tokens; for comparisons and stepping through).
+    same tokens; for comparisons and stepping through). verification: how a drafted tree is
+    judged, a key of `VERIFIERS`.
     """
+    if verification not in VERIFIERS:
+        raise InvalidInputError(
+            f"verification={verification!r} is not one of {sorted(VERIFIERS)}; pass 'block'"
+        )
+    judge = VERIFIERS[verification]
     sampling = sampling or SamplingParams()
     rng = rng or SeededRandomness(seed)
     drafter = drafter or NoDrafter()
@@ -242,7 +256,7 @@ def generate(
             cache=cache,
             output_hidden=features,
         )
-        verdict = verify(draft_tree, _TargetDistributions(logits, sampling), rng)
+        verdict = judge(draft_tree, _TargetDistributions(logits, sampling), rng)
         path = [0, *verdict.accepted]
         cache.keep(cached, path)
         kept_tokens = [int(t) for t in draft_tree.tokens[path]]

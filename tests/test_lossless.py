@@ -21,8 +21,12 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from minieagle import block_verify
+from minieagle.block_verify import verify_block
 from minieagle.sampling import SamplingParams, SeededRandomness, target_distribution
 from minieagle.testing import (
+    accepted_count_law,
+    assert_efficient,
     assert_lossless,
     assert_lossless_multi_cycle,
     autoregressive_law,
@@ -432,6 +436,95 @@ def test_the_same_cases_pass_when_nothing_is_broken(name):
     for verify_fn in (verify, student_verify):
         assert_lossless(verify_fn, target, make_tree, CONTEXT, k)
         assert_lossless_multi_cycle(verify_fn, target, make_tree, CONTEXT, k + 1)
+
+
+# ---------------------------------------------------------------------------- block verification
+
+
+@PROPERTY
+@given(cases(max_vocab=4, max_nodes=5), st.sampled_from(["top-k", "with", "without"]))
+@example(Case(_constant(P), _constant(Q), CONTEXT, (-1, 0, 1, 2)), "with")
+@example(Case(_constant(P), _constant(Q), CONTEXT, (-1, 0, 0, 1, 2)), "without")
+def test_block_verification_is_lossless_and_accepts_no_less(case, drafting):
+    """Block verification (minieagle/block_verify.py) of chains and trees, deterministic and
+    sampled (siblings with and without replacement): the exact law of one cycle (below: of
+    repeated cycles) is the target's, and the exact chance of accepting and expected number accepted are
+    never below token-by-token verification's on the same trees."""
+    if drafting == "top-k":
+        make_tree = make_topk_tree(case.draft, case.parents)
+    else:
+        make_tree = make_sampled_tree(case.draft, case.parents, drafting == "without")
+    assert_lossless(verify_block, case.target, make_tree, case.context, case.k)
+    assert_efficient(verify_block, case.target, make_tree, case.context, reference_fn=verify)
+
+
+@PROPERTY
+@given(cases(max_vocab=3, max_nodes=3), st.sampled_from(["top-k", "with", "without"]))
+@example(Case(_constant(P), _constant(Q), CONTEXT, (-1, 0, 1)), "with")
+def test_block_verification_over_repeated_cycles_is_lossless(case, drafting):
+    if drafting == "top-k":
+        make_tree = make_topk_tree(case.draft, case.parents)
+    else:
+        make_tree = make_sampled_tree(case.draft, case.parents, drafting == "without")
+    assert_lossless_multi_cycle(verify_block, case.target, make_tree, case.context, 3)
+
+
+@PROPERTY
+@given(cases(max_vocab=5, max_nodes=6, static=True))
+def test_block_verification_of_static_trees_with_duplicates_and_padding_is_lossless(case):
+    assert_lossless(verify_block, case.target, case.static_tree, case.context, case.k)
+
+
+@PROPERTY
+@given(cases(max_vocab=4, max_nodes=4), st.booleans())
+def test_block_verification_of_one_level_is_recursive_rejection_sampling(case, without):
+    """Children of the root only: the root's mass is 1 throughout, so the rule is `verify`'s
+    and so is the exact law of what is accepted."""
+    parents = (-1,) * 1 + (0,) * (len(case.parents) - 1)
+    make_tree = make_sampled_tree(case.draft, parents, without)
+    block = accepted_count_law(verify_block, case.target, make_tree, case.context)
+    token = accepted_count_law(verify, case.target, make_tree, case.context)
+    for n in block.keys() | token.keys():
+        assert block.get(n, 0.0) == pytest.approx(token.get(n, 0.0), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("shape", "block_mean", "token_mean"),
+    [([1, 1, 1], 1.359, 1.176), ([2, 1, 1], 1.885667, 1.633333)],
+)
+def test_block_verification_accepts_more_than_token_by_token(shape, block_mean, token_mean):
+    """Fixed cases, drafts from Q against P (both constant), siblings without replacement. Token
+    by token a rejected token ends its path; the block keeps paths whose later tokens the target
+    favours: more accepted drafts per cycle, the same chance of accepting one."""
+    make_tree = make_sampled_tree(_constant(Q), shape, without_replacement=True)
+    block, token = (accepted_count_law(f, _constant(P), make_tree, CONTEXT)
+                    for f in (verify_block, verify))  # fmt: skip
+    assert sum(n * p for n, p in block.items()) == pytest.approx(block_mean, abs=1e-4)
+    assert sum(n * p for n, p in token.items()) == pytest.approx(token_mean, abs=1e-4)
+    assert block[0] == pytest.approx(token[0], abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("helper", "broken"),
+    [
+        # the refused child's share not renormalised away: a node is then kept too rarely
+        ("_after_refusal", lambda mass, q: np.maximum(mass - q, 0.0)),
+        # renormalised to a whole distribution, as at the root: a node is kept too often
+        ("_after_refusal", lambda mass, q: np.maximum(mass - q, 0.0)
+         / max(np.maximum(mass - q, 0.0).sum(), 1e-300)),  # fmt: skip
+        # the child's weight against the parent's normalised mass: each token judged alone
+        ("_child_weight", lambda mass, q, x, node: min(1.0, mass[x] / mass.sum() / q[x])),
+    ],
+)
+def test_a_broken_block_verifier_is_caught(monkeypatch, helper, broken):
+    """Each bug in one step of block verification moves the law of a chain of three far beyond
+    rounding: the exact check reports it."""
+    make_tree = make_sampled_tree(_constant(Q), [1, 1, 1], without_replacement=False)
+    monkeypatch.setattr(block_verify, helper, broken)
+    with pytest.raises(AssertionError, match="not lossless"):
+        assert_lossless(verify_block, _constant(P), make_tree, CONTEXT, 3)
+    got = one_cycle_law(verify_block, _constant(P), make_tree, CONTEXT, 3)
+    assert total_variation(got, autoregressive_law(_constant(P), CONTEXT, 3)) > 0.02
 
 
 # ---------------------------------------------------------------------------- Monte Carlo

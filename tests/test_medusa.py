@@ -265,7 +265,7 @@ def test_the_law_check_catches_a_lossy_verifier(monkeypatch):
             kids = [i for i in range(1, len(tree)) if tree.parents[i] == path[-1]]
         return Verdict(path[1:], int(rng.draw(target_probs[path[-1]])))
 
-    monkeypatch.setattr(generate_module, "verify", accept_all)
+    monkeypatch.setitem(generate_module.VERIFIERS, "block", accept_all)
     sampling, prompt = SamplingParams(temperature=1.0), [1, 3]
     law, _ = generation_law(TARGET, CONFIG, prompt, lambda: _drafter("chain:2"), sampling, 2)
     assert total_variation(law, target_law(TARGET, CONFIG, prompt, sampling, 2)) > 1e-3

@@ -32,6 +32,7 @@ def cmd_generate(args) -> int:
         max_new_tokens=args.max_new_tokens,
         sampling=sampling_params(args),
         seed=args.seed,
+        verification=args.verification,
     )
     print(args.prompt + tokenizer.decode(result.tokens))
     if args.stats:
@@ -127,6 +128,14 @@ def add_parsers(sub) -> None:
     p = sub.add_parser("generate", help="continue a prompt with the target model")
     p.add_argument("prompt")
     generation_flags(p)
+    p.add_argument(
+        "--verification",
+        choices=["block", "token"],
+        default="block",
+        help="how drafts are judged: block (default: a drafted chain judged as one block, "
+        "never fewer tokens accepted than token by token; trees token by token) or token "
+        "(every draft token by token); both lossless (docs/lossless.md)",
+    )
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser(

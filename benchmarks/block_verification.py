@@ -1,0 +1,100 @@
+"""τ of drafted chains judged token by token and as one block, side by side, on validation prompts.
+
+`minieagle.block_verify` judges a drafted chain as one block (Sun et al. 2024); `generate`'s
+`verification="token"` judges it token by token (`minieagle.verify`). Both are lossless; this
+script measures how many more tokens per target forward the block keeps, on the prompts τ is not
+reported on (windows of the corpora's validation split, `calibration.validation_prompts`), prompt
+i with seed i, at T > 0 (at T = 0 both give the greedy verdict). Chains are what the block
+applies to: EAGLE-1's `chain:k` trees and the sampled chains EAGLE-2/3 draft when sized to a
+chain (`top_k=1`, the automatic sizing's usual choice at T = 1 on this CPU), and the trees of
+the 26-node defaults (EAGLE-1's static tree, EAGLE-2/3's sampled trees at their default depths,
+with their shipped scores), where the block judges every path.
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/block_verification.py \
+        --out docs/results/block-verification.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from default_tau import tau_summary, write_json
+
+from minieagle import inference
+from minieagle.calibration import validation_prompts
+from minieagle.checkpoint import load_checkpoint
+from minieagle.drafters import build_drafter
+from minieagle.drafters.eagle2 import EAGLE2_DEFAULTS, EAGLE3_DEFAULTS
+from minieagle.generate import generate
+from minieagle.sampling import SamplingParams
+from minieagle.shipped import DEFAULT_MODEL
+
+
+def drafters(target) -> dict:
+    """name -> a fresh drafter per prompt (the shipped heads, their shipped scores)."""
+
+    def chain(method: str, head: str, drafts: int):
+        return lambda: build_drafter(method, target=target, head=head, depth=drafts - 1,
+                                     top_k=1, total_tokens=drafts + 1, sampled_tree=True)
+
+    return {
+        "EAGLE-1 chain:3": lambda: build_drafter("eagle1", target=target, head="small-eagle1",
+                                                 tree="chain:3"),
+        "EAGLE-1 chain:5": lambda: build_drafter("eagle1", target=target, head="small-eagle1",
+                                                 tree="chain:5"),
+        "EAGLE-2 sampled chain of 3": chain("eagle2", "small-eagle1", 3),
+        "EAGLE-2 sampled chain of 5": chain("eagle2", "small-eagle1", 5),
+        "EAGLE-3 sampled chain of 3": chain("eagle3", "small-eagle3", 3),
+        "EAGLE-3 sampled chain of 6": chain("eagle3", "small-eagle3", 6),
+        "EAGLE-1 static tree (26)": lambda: build_drafter("eagle1", target=target,
+                                                          head="small-eagle1"),
+        "EAGLE-2 default (26-node sampled tree)": lambda: build_drafter(
+            "eagle2", target=target, head="small-eagle1", **EAGLE2_DEFAULTS),
+        "EAGLE-3 default (26-node sampled tree at depth 7)": lambda: build_drafter(
+            "eagle3", target=target, head="small-eagle3", **EAGLE3_DEFAULTS),
+    }  # fmt: skip
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts-per-kind", type=int, default=12)
+    parser.add_argument("--seeds", type=int, default=4,
+                        help="windows cut with seeds 0..N-1: N x prompts-per-kind per kind")
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--temperatures", default="1.0,0.7")
+    parser.add_argument("--only", help="comma-separated drafter names (default: all)")
+    parser.add_argument("--out", help="write the results as JSON here")
+    args = parser.parse_args(argv)
+    params, config, tokenizer = load_checkpoint(DEFAULT_MODEL)
+    target = (inference.prepare(params, config), config)
+    prompts = [(kind, ids) for kind in ("prose", "code") for seed in range(args.seeds)
+               for _, ids in validation_prompts(tokenizer, kind, args.prompts_per_kind, seed=seed)]
+    chosen = drafters(target)
+    if args.only:
+        chosen = {name: chosen[name] for name in args.only.split(",")}
+    start, results = time.perf_counter(), {}
+    for temperature in (float(t) for t in args.temperatures.split(",")):
+        sampling, label = SamplingParams(temperature=temperature), f"T={temperature:g}"
+        results[label] = {}
+        for name, make in chosen.items():
+            row = {}
+            for verification in ("token", "block"):
+                runs = [(kind, generate(*target, ids, drafter=make(), sampling=sampling, seed=i,
+                                        max_new_tokens=args.new_tokens, stop_at_eos=False,
+                                        verification=verification))
+                        for i, (kind, ids) in enumerate(prompts)]  # fmt: skip
+                row[verification] = tau_summary(runs)
+            row["block / token"] = row["block"]["tau"] / row["token"]["tau"]
+            results[label][name] = row
+            print(f"{label} {name:40s} tau token {row['token']['tau']:.2f}, block "
+                  f"{row['block']['tau']:.2f} ({row['block / token']:.3f}x)", flush=True)
+    results["settings"] = {"prompts": len(prompts), "split": "val",
+                           "prompts_per_kind": args.prompts_per_kind, "seeds": args.seeds,
+                           "new_tokens": args.new_tokens, "seconds": time.perf_counter() - start}
+    write_json(results, args.out)
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""Block verification: every drafted path judged as one block, from the leaves back to the root.
+
+`minieagle.verify` judges a tree token by token from the root (recursive rejection sampling): a
+token whose target/draft ratio p/q is below 1 is accepted with probability p/q, and once it is
+rejected everything under it is lost. Judged as a block, a path whose later tokens the target
+favours more than the draft did can make up for an early token the draft overrated: on a chain this
+is block verification (Sun et al. 2024, "Block Verification Accelerates Speculative Decoding"),
+which no valid verifier beats in expected accepted tokens; Traversal Verification (Weng et al.
+2025) carries the idea to trees. The rule here is ours, derived and proved in docs/lossless.md
+("Block verification"), and checked exactly by `tests/test_lossless.py` on every small case.
+
+Each node v is judged with a *mass* m_v: a sub-probability vector over the token after v, of total
+M_v <= 1, the chance the cycle keeps v (or a node under it) given that v was drafted. The root's
+mass is the target's distribution p_root (M = 1: the root is always kept). `_judge(v, m)`:
+
+1. Each child c of v in order, token x drawn from proposal q (one-hot at x for a deterministic
+   pick), gets the weight w_c = min(1, m(x) / q(x)) and is judged with mass w_c * p_c (p_c the
+   target's distribution after c). If c or a node under it is kept, that path is accepted.
+2. If not (probability rho = 1 - sum min(q, m) over the draws of x), v's mass becomes what the
+   target still owes there, renormalised by that chance: m <- max(0, m - q) / rho.
+3. Once every child is refused, v itself is kept with probability M (the total of m), and the
+   next token is drawn from m / M.
+
+By induction from the leaves, judging v keeps it with probability exactly M_v and then emits its
+next token with law m_v / M_v (docs/lossless.md); at the root that is the target's law. On a
+chain this is Sun et al.'s block verification; on one node with many children it is recursive
+rejection sampling (`verify`) itself, since there M = 1 throughout. At T = 0 it gives the greedy
+verdict. `generate(verification="block")`, the default, uses it; "token" uses `verify`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from minieagle.sampling import Randomness
+from minieagle.tree import Tree, children
+from minieagle.verify import Verdict
+
+
+def verify_block(tree: Tree, target_probs, rng: Randomness) -> Verdict:
+    """Judge `tree` path by path, leaves first (module docstring). Arguments and result as
+    `minieagle.verify.verify`: target_probs row i is the target's processed distribution after
+    node i; tokens < 0 are padding, skipped with what hangs under them."""
+    judge = _Judge(tree, target_probs, rng, children(tree))
+    root = np.asarray(target_probs[0], dtype=np.float64)
+    path, next_token = judge(0, root, is_root=True)
+    return Verdict(path, next_token)
+
+
+class _Judge:
+    def __init__(self, tree: Tree, target_probs, rng: Randomness, kids):
+        self.tree, self.target_probs, self.rng, self.kids = tree, target_probs, rng, kids
+
+    def __call__(self, node: int, mass: np.ndarray, is_root: bool = False):
+        """(path under `node` that is kept, next token), or None when `node` is refused."""
+        for child in self.kids[node]:
+            token = int(self.tree.tokens[child])
+            if token < 0:
+                continue
+            q = _proposal(self.tree, child, len(mass))
+            weight = _child_weight(mass, q, token, child)
+            if weight > 0:  # weight 0: nothing under the child can be kept (no coin, no row)
+                row = np.asarray(self.target_probs[child], dtype=np.float64)
+                kept = self(child, weight * row)
+                if kept is not None:
+                    return [child, *kept[0]], kept[1]
+            mass = _after_refusal(mass, q)
+        total = float(mass.sum())
+        if is_root:  # M = 1: kept surely (an empty mass only by rounding: the target's row)
+            p = mass / total if total > 0 else np.asarray(self.target_probs[0], np.float64)
+            return [], int(self.rng.draw(p))
+        if total > 0 and self.rng.coin(min(1.0, total)):
+            return [], int(self.rng.draw(mass / total))
+        return None
+
+
+def _child_weight(mass: np.ndarray, q: np.ndarray, token: int, node: int) -> float:
+    """w = min(1, m(x) / q(x)): the child's chance of being kept, given its token x."""
+    if q[token] <= 0:
+        raise ValueError(
+            f"candidate token {token} at node {node} has proposal probability 0; a sampled "
+            "candidate must come from the q it carries (pass None for deterministic picks)"
+        )
+    return min(1.0, float(mass[token] / q[token]))
+
+
+def _after_refusal(mass: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The node's mass once a child drawn from q was refused: max(0, m - q) / rho, rho = 1 -
+    sum min(q, m) the chance of that refusal. rho = 0 (the child was kept surely) happens only
+    through rounding; the mass is then left as it was."""
+    refused = 1.0 - float(np.minimum(q, mass).sum())
+    return np.maximum(mass - q, 0.0) / refused if refused > 0 else mass
+
+
+def _proposal(tree: Tree, node: int, vocab: int) -> np.ndarray:
+    """The distribution node's token was drawn from: its proposal, or one-hot at the token for
+    a deterministic pick."""
+    q = tree.proposals[node]
+    if q is None:
+        q = np.zeros(vocab)
+        q[int(tree.tokens[node])] = 1.0
+    return np.asarray(q, dtype=np.float64)
