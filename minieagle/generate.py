@@ -20,18 +20,18 @@ import numpy as np
 from minieagle import inference, model
 from minieagle import tree as trees
 from minieagle.backend import to_device, to_host
+from minieagle.block_verify import verify_block
 from minieagle.config import LlamaConfig
 from minieagle.drafters import Drafter, NoDrafter
 from minieagle.errors import InvalidInputError
 from minieagle.kvcache import KVCache
 from minieagle.sampling import Randomness, SamplingParams, SeededRandomness, target_distribution
-from minieagle.block_verify import verify_block
 from minieagle.verify import verify
 
-# How a drafted tree is judged (docs/lossless.md): "block" judges a chain as one block
-# (`block_verify`: never fewer accepted tokens than token by token, in expectation) and a tree by
-# recursive rejection sampling; "token" judges every draft token by token (`verify`). Both are
-# lossless and give the same greedy verdicts.
+# How a drafted tree is judged (docs/lossless.md): "block" judges every drafted path as one block,
+# leaves first (`block_verify`: never fewer accepted tokens than token by token, in expectation);
+# "token" judges every draft token by token from the root (`verify`, recursive rejection
+# sampling). Both are lossless and give the same greedy verdicts.
 VERIFIERS = {"block": verify_block, "token": verify}
 
 

@@ -448,8 +448,8 @@ def test_the_same_cases_pass_when_nothing_is_broken(name):
 def test_block_verification_is_lossless_and_accepts_no_less(case, drafting):
     """Block verification (minieagle/block_verify.py) of chains and trees, deterministic and
     sampled (siblings with and without replacement): the exact law of one cycle (below: of
-    repeated cycles) is the target's, and the exact chance of accepting and expected number accepted are
-    never below token-by-token verification's on the same trees."""
+    repeated cycles) is the target's, and the exact chance of accepting and the expected number
+    accepted are never below token-by-token verification's on the same trees."""
     if drafting == "top-k":
         make_tree = make_topk_tree(case.draft, case.parents)
     else:
