@@ -12,6 +12,12 @@ with their shipped scores), where the block judges every path.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/block_verification.py \
         --out docs/results/block-verification.json
+
+`--speed` times instead: each drafter of `--only` decoding the first `--prompts-per-kind` prompts
+of each kind (seed 0's windows) with each verification, the two alternating over `--repeats`
+rounds (which goes first swaps every round), and reports the median ms per token of each and
+their ratio: the block reads a target row for every node it weighs, token by token only along
+the path it walks.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import numpy as np
 from default_tau import tau_summary, write_json
 
 from minieagle import inference
@@ -64,6 +71,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--temperatures", default="1.0,0.7")
     parser.add_argument("--only", help="comma-separated drafter names (default: all)")
+    parser.add_argument("--speed", action="store_true", help="time both verifications instead")
+    parser.add_argument("--repeats", type=int, default=3, help="--speed: rounds")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     params, config, tokenizer = load_checkpoint(DEFAULT_MODEL)
@@ -73,6 +82,11 @@ def main(argv=None) -> dict:
     chosen = drafters(target)
     if args.only:
         chosen = {name: chosen[name] for name in args.only.split(",")}
+    if args.speed:
+        results = speed(target, prompts[: args.prompts_per_kind] + prompts[-args.prompts_per_kind:],
+                        chosen, args)  # fmt: skip
+        write_json(results, args.out)
+        return results
     start, results = time.perf_counter(), {}
     for temperature in (float(t) for t in args.temperatures.split(",")):
         sampling, label = SamplingParams(temperature=temperature), f"T={temperature:g}"
@@ -93,6 +107,41 @@ def main(argv=None) -> dict:
                            "prompts_per_kind": args.prompts_per_kind, "seeds": args.seeds,
                            "new_tokens": args.new_tokens, "seconds": time.perf_counter() - start}
     write_json(results, args.out)
+    return results
+
+
+def speed(target, prompts, chosen: dict, args) -> dict:
+    """Median ms per token of each drafter with each verification, alternating (module
+    docstring), at each of `--temperatures`."""
+    results = {}
+    for temperature in (float(t) for t in args.temperatures.split(",")):
+        sampling, label = SamplingParams(temperature=temperature), f"T={temperature:g}"
+        results[label] = {}
+        for name, make in chosen.items():
+            times, taus = {"token": [], "block": []}, {"token": [], "block": []}
+            for round_ in range(args.repeats):
+                order = ("token", "block") if round_ % 2 == 0 else ("block", "token")
+                for verification in order:
+                    start, tokens, forwards = time.perf_counter(), 0, 0
+                    for i, (_, ids) in enumerate(prompts):
+                        result = generate(*target, ids, drafter=make(), sampling=sampling,
+                                          seed=i, max_new_tokens=args.new_tokens,
+                                          stop_at_eos=False, verification=verification)  # fmt: skip
+                        tokens += len(result.tokens)
+                        forwards += result.target_forwards
+                    times[verification].append((time.perf_counter() - start) / tokens * 1e3)
+                    taus[verification].append(tokens / forwards)
+            row = {v: {"ms_per_token_median": float(np.median(times[v])),
+                       "ms_per_token": times[v], "tau": float(np.mean(taus[v]))}
+                   for v in times}  # fmt: skip
+            row["block / token speed"] = (row["token"]["ms_per_token_median"]
+                                          / row["block"]["ms_per_token_median"])  # fmt: skip
+            results[label][name] = row
+            print(f"{label} {name:40s} ms/token token {row['token']['ms_per_token_median']:.2f}, "
+                  f"block {row['block']['ms_per_token_median']:.2f} "
+                  f"({row['block / token speed']:.2f}x)", flush=True)
+    results["settings"] = {"prompts": len(prompts), "split": "val", "repeats": args.repeats,
+                           "new_tokens": args.new_tokens, "what": "median ms per token"}
     return results
 
 

@@ -11,7 +11,7 @@ which no valid verifier beats in expected accepted tokens; Traversal Verificatio
 
 Each node v is judged with a *mass* m_v: a sub-probability vector over the token after v, of total
 M_v <= 1, the chance the cycle keeps v (or a node under it) given that v was drafted. The root's
-mass is the target's distribution p_root (M = 1: the root is always kept). `_judge(v, m)`:
+mass is the target's distribution p_root (M = 1: the root is always kept). Judging v:
 
 1. Each child c of v in order, token x drawn from proposal q (one-hot at x for a deterministic
    pick), gets the weight w_c = min(1, m(x) / q(x)) and is judged with mass w_c * p_c (p_c the
@@ -40,38 +40,41 @@ from minieagle.verify import Verdict
 def verify_block(tree: Tree, target_probs, rng: Randomness) -> Verdict:
     """Judge `tree` path by path, leaves first (module docstring). Arguments and result as
     `minieagle.verify.verify`: target_probs row i is the target's processed distribution after
-    node i; tokens < 0 are padding, skipped with what hangs under them."""
-    judge = _Judge(tree, target_probs, rng, children(tree))
-    root = np.asarray(target_probs[0], dtype=np.float64)
-    path, next_token = judge(0, root, is_root=True)
-    return Verdict(path, next_token)
+    node i; tokens < 0 are padding, skipped with what hangs under them.
+
+    The walk is depth first with an explicit stack (a chain may be thousands of nodes deep):
+    each frame is a node being judged, its current mass, its children not yet judged, and the
+    proposal its own token was drawn from (for its parent's update if it is refused)."""
+    kids = children(tree)
+    vocab = len(np.asarray(target_probs[0]))
+    stack = [_Frame(0, np.asarray(target_probs[0], dtype=np.float64), iter(kids[0]), None)]
+    while True:
+        frame = stack[-1]
+        child = next((c for c in frame.todo if int(tree.tokens[c]) >= 0), None)
+        if child is not None:  # judge the next child: descend, or refuse it at once
+            token, q = int(tree.tokens[child]), _proposal(tree, child, vocab)
+            weight = _child_weight(frame.mass, q, token, child)
+            if weight > 0:
+                row = np.asarray(target_probs[child], dtype=np.float64)
+                stack.append(_Frame(child, weight * row, iter(kids[child]), q))
+            else:  # weight 0: nothing under it can be kept (no coin, no target row)
+                frame.mass = _after_refusal(frame.mass, q)
+            continue
+        total = float(frame.mass.sum())  # every child refused: the node itself
+        if len(stack) == 1:  # the root, M = 1: kept surely (an empty mass only by rounding)
+            p = frame.mass / total if total > 0 else np.asarray(target_probs[0], np.float64)
+            return Verdict([], int(rng.draw(p)))
+        if total > 0 and rng.coin(min(1.0, total)):
+            return Verdict([f.node for f in stack[1:]], int(rng.draw(frame.mass / total)))
+        stack.pop()
+        stack[-1].mass = _after_refusal(stack[-1].mass, frame.proposal)
 
 
-class _Judge:
-    def __init__(self, tree: Tree, target_probs, rng: Randomness, kids):
-        self.tree, self.target_probs, self.rng, self.kids = tree, target_probs, rng, kids
+class _Frame:
+    """A node being judged: its mass, an iterator over its children, its token's proposal."""
 
-    def __call__(self, node: int, mass: np.ndarray, is_root: bool = False):
-        """(path under `node` that is kept, next token), or None when `node` is refused."""
-        for child in self.kids[node]:
-            token = int(self.tree.tokens[child])
-            if token < 0:
-                continue
-            q = _proposal(self.tree, child, len(mass))
-            weight = _child_weight(mass, q, token, child)
-            if weight > 0:  # weight 0: nothing under the child can be kept (no coin, no row)
-                row = np.asarray(self.target_probs[child], dtype=np.float64)
-                kept = self(child, weight * row)
-                if kept is not None:
-                    return [child, *kept[0]], kept[1]
-            mass = _after_refusal(mass, q)
-        total = float(mass.sum())
-        if is_root:  # M = 1: kept surely (an empty mass only by rounding: the target's row)
-            p = mass / total if total > 0 else np.asarray(self.target_probs[0], np.float64)
-            return [], int(self.rng.draw(p))
-        if total > 0 and self.rng.coin(min(1.0, total)):
-            return [], int(self.rng.draw(mass / total))
-        return None
+    def __init__(self, node: int, mass: np.ndarray, todo, proposal):
+        self.node, self.mass, self.todo, self.proposal = node, mass, todo, proposal
 
 
 def _child_weight(mass: np.ndarray, q: np.ndarray, token: int, node: int) -> float:

@@ -499,3 +499,21 @@ def test_the_sampled_tree_shape_script_measures_tau_and_speed(scripts, tmp_path)
                                               "eagle3 depth 1", "eagle3 depth 2"}  # fmt: skip
         assert speed[setting]["all"]["vanilla"]["tau"] == 1.0
     assert speed["T=0"]["all"]["eagle2 depth 2"]["differs_from_vanilla"] == 0
+
+
+def test_the_block_verification_script_measures_both_verifications(scripts, tmp_path):
+    """benchmarks/block_verification.py at its smallest: for each drafter, τ of token-by-token
+    and block verification on the same validation prompts and their ratio; --speed times both."""
+    block = importlib.import_module("block_verification")
+    common = ["--prompts-per-kind", "1", "--seeds", "1", "--new-tokens", "6",
+              "--temperatures", "1", "--only", "EAGLE-1 chain:3,EAGLE-3 sampled chain of 3"]
+    results = block.main([*common, "--out", str(tmp_path / "b.json")])
+    assert json.loads((tmp_path / "b.json").read_text()) == json.loads(json.dumps(results))
+    assert results["settings"]["prompts"] == 2 and results["settings"]["split"] == "val"
+    for row in results["T=1"].values():
+        assert 1 <= row["token"]["tau"] <= 4 and 1 <= row["block"]["tau"] <= 4
+        assert row["block / token"] == pytest.approx(row["block"]["tau"] / row["token"]["tau"])
+    speed = block.main([*common, "--speed", "--repeats", "2"])
+    for row in speed["T=1"].values():
+        assert len(row["token"]["ms_per_token"]) == len(row["block"]["ms_per_token"]) == 2
+        assert row["block / token speed"] > 0

@@ -504,6 +504,19 @@ def test_block_verification_accepts_more_than_token_by_token(shape, block_mean, 
     assert block[0] == pytest.approx(token[0], abs=1e-12)
 
 
+def test_block_verification_walks_a_chain_thousands_deep():
+    """No recursion: a 5,000-draft greedy chain (prompt lookup can draft that many) is judged,
+    and its verdict is `verify`'s."""
+    vocab, n = 4, 5000
+    tokens = np.arange(n + 1) % vocab
+    tree = Tree(tokens, np.arange(-1, n))
+    rows = np.eye(vocab)[(np.arange(n + 1) + 1) % vocab]  # [N, V]: greedy, each draft right
+    rows[3000] = np.eye(vocab)[0]  # ... until after node 3000, whose child the target refuses
+    want = verify(tree, rows, SeededRandomness(0))
+    got = verify_block(tree, rows, SeededRandomness(0))
+    assert got == want and len(got.accepted) == 3000 and got.next_token == 0
+
+
 @pytest.mark.parametrize(
     ("helper", "broken"),
     [
