@@ -18,6 +18,11 @@ of each kind (seed 0's windows) with each verification, the two alternating over
 rounds (which goes first swaps every round), and reports the median ms per token of each and
 their ratio: the block reads a target row for every node it weighs, token by token only along
 the path it walks.
+
+`--random-trees N` checks instead what the block keeps on N random trees of `--tree-nodes`
+nodes over a vocabulary of 30 (each node's children drawn without replacement from a draft law
+near the target's, targets from peaked to flat), judged `--samples` times each way on seeded
+randomness: on a chain the block never keeps fewer in expectation, on a tree it can.
 """
 
 from __future__ import annotations
@@ -73,8 +78,17 @@ def main(argv=None) -> dict:
     parser.add_argument("--only", help="comma-separated drafter names (default: all)")
     parser.add_argument("--speed", action="store_true", help="time both verifications instead")
     parser.add_argument("--repeats", type=int, default=3, help="--speed: rounds")
+    parser.add_argument("--random-trees", type=int, default=0,
+                        help="judge this many random trees instead (Monte Carlo)")
+    parser.add_argument("--tree-nodes", type=int, default=40, help="--random-trees: nodes")
+    parser.add_argument("--samples", type=int, default=4000,
+                        help="--random-trees: verdicts per tree and verifier")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
+    if args.random_trees:
+        results = random_trees(args.random_trees, args.tree_nodes, args.samples)
+        write_json(results, args.out)
+        return results
     params, config, tokenizer = load_checkpoint(DEFAULT_MODEL)
     target = (inference.prepare(params, config), config)
     prompts = [(kind, ids) for kind in ("prose", "code") for seed in range(args.seeds)
@@ -143,6 +157,56 @@ def speed(target, prompts, chosen: dict, args) -> dict:
     results["settings"] = {"prompts": len(prompts), "split": "val", "repeats": args.repeats,
                            "new_tokens": args.new_tokens, "what": "median ms per token"}
     return results
+
+
+def random_trees(count: int, nodes: int, samples: int, vocab: int = 30) -> dict:
+    """Mean drafts accepted per cycle by `verify` and `verify_block` on `count` random trees
+    (module docstring), each judged `samples` times on seeded randomness, with the standard
+    error of each mean."""
+    from minieagle.block_verify import verify_block
+    from minieagle.sampling import SeededRandomness
+    from minieagle.tree import Tree
+    from minieagle.verify import verify
+
+    generator, rows = np.random.default_rng(0), []
+    for index in range(count):
+        peak = (0.05, 0.2, 1.0)[index % 3]  # Dirichlet concentration: peaked to flat targets
+        parents, tokens, proposals = [-1], [0], [None]
+        target = [generator.dirichlet(np.full(vocab, peak))]
+        left = {}  # node -> the draft law its next child is drawn from (without replacement)
+        for node in range(1, nodes):
+            parent = int(generator.integers(0, node)) if node > 3 else 0
+            if parent not in left:
+                law = target[parent] ** 0.7 * generator.dirichlet(np.ones(vocab))
+                left[parent] = law / law.sum()
+            q = left[parent]
+            if q.sum() <= 0:
+                continue
+            token = int(generator.choice(vocab, p=q))
+            rest = q.copy()
+            rest[token] = 0.0
+            left[parent] = rest / rest.sum() if rest.sum() > 0 else rest
+            parents.append(parent)
+            tokens.append(token)
+            proposals.append(q)
+            target.append(0.5 * generator.dirichlet(np.full(vocab, peak)) + 0.5 * target[parent])
+        tree = Tree(np.asarray(tokens), np.asarray(parents), tuple(proposals))
+        probs = np.asarray(target)  # [N, V]
+        row = {"concentration": peak, "nodes": len(tree)}
+        for name, judge, offset in (("token", verify, 0), ("block", verify_block, 10**7)):
+            kept = [len(judge(tree, probs, SeededRandomness(offset + s)).accepted)
+                    for s in range(samples)]  # fmt: skip
+            row[name] = {"mean": float(np.mean(kept)),
+                         "standard_error": float(np.std(kept, ddof=1) / np.sqrt(samples))}
+        row["block - token"] = row["block"]["mean"] - row["token"]["mean"]
+        rows.append(row)
+        print(f"tree {index}: concentration {peak}, {len(tree)} nodes: token "
+              f"{row['token']['mean']:.3f}, block {row['block']['mean']:.3f} "
+              f"({row['block - token']:+.3f})", flush=True)
+    fewer = sum(r["block - token"] < -3 * np.hypot(r["token"]["standard_error"],
+                                                  r["block"]["standard_error"]) for r in rows)
+    return {"trees": rows, "block_keeps_fewer_beyond_3_standard_errors": int(fewer),
+            "settings": {"count": count, "nodes": nodes, "samples": samples, "vocab": vocab}}
 
 
 if __name__ == "__main__":

@@ -25,7 +25,11 @@ By induction from the leaves, judging v keeps it with probability exactly M_v an
 next token with law m_v / M_v (docs/lossless.md); at the root that is the target's law. On a
 chain this is Sun et al.'s block verification; on one node with many children it is recursive
 rejection sampling (`verify`) itself, since there M = 1 throughout. At T = 0 it gives the greedy
-verdict. `generate(verification="block")`, the default, uses it; "token" uses `verify`.
+verdict. On a tree it is not always ahead of `verify`: a node kept with M < 1 weighs its later
+children against a smaller mass than `verify` would, and on some random trees it keeps fewer
+tokens (`benchmarks/block_verification.py --random-trees`); on the drafts of the shipped heads it
+keeps more at every temperature measured, which is why `generate(verification="block")` is the
+default ("token" uses `verify`).
 """
 
 from __future__ import annotations

@@ -517,3 +517,7 @@ def test_the_block_verification_script_measures_both_verifications(scripts, tmp_
     for row in speed["T=1"].values():
         assert len(row["token"]["ms_per_token"]) == len(row["block"]["ms_per_token"]) == 2
         assert row["block / token speed"] > 0
+    trees = block.main(["--random-trees", "2", "--tree-nodes", "6", "--samples", "50"])
+    assert len(trees["trees"]) == 2 and trees["settings"]["samples"] == 50
+    for row in trees["trees"]:
+        assert row["block - token"] == pytest.approx(row["block"]["mean"] - row["token"]["mean"])

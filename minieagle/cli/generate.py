@@ -132,9 +132,10 @@ def add_parsers(sub) -> None:
         "--verification",
         choices=["block", "token"],
         default="block",
-        help="how drafts are judged: block (default: a drafted chain judged as one block, "
-        "never fewer tokens accepted than token by token; trees token by token) or token "
-        "(every draft token by token); both lossless (docs/lossless.md)",
+        help="how drafts are judged: block (default: every drafted path judged as one block, "
+        "leaves first; on a chain never fewer tokens accepted than token by token, on the "
+        "shipped heads' trees more, measured) or token (every draft token by token from the "
+        "root); both lossless (docs/lossless.md)",
     )
     p.set_defaults(func=cmd_generate)
 
