@@ -242,3 +242,36 @@ def test_the_fast_and_the_readable_path_emit_the_same_tokens(temperature):
     assert runs[0] == runs[1]
     if temperature == 0:
         assert runs[0] == greedy_reference(PARAMS, CONFIG, [1, 40, 41, 42], 16)
+
+
+def test_an_unknown_verification_is_refused_naming_the_choices():
+    message = r"verification='blocks' is not one of \['block', 'token'\]"
+    with pytest.raises(ValueError, match=message):
+        generate(PARAMS, CONFIG, [1, 5], max_new_tokens=2, verification="blocks")
+
+
+def test_both_verifications_reach_the_greedy_tokens_through_a_drafter():
+    """A drafter whose chains are right for two tokens, then wrong: block and token-by-token
+    verification emit the same greedy tokens (vanilla's) and accept the same drafts."""
+    from minieagle.drafters import NoDrafter
+    from minieagle.tree import Tree
+
+    class HalfRightChain(NoDrafter):
+        def propose(self, root, rng, max_nodes):
+            context = self.seen + [root]
+            good = greedy_reference(PARAMS, CONFIG, context, 2)
+            drafts = [*good, (good[-1] + 1) % V][: max(0, max_nodes - 1)]
+            return Tree.chain(root, drafts)
+
+        def begin(self, prompt_ids, features, sampling):
+            self.seen = list(prompt_ids[:-1])
+
+        def accept(self, tokens, features, next_token):
+            self.seen += list(tokens)
+
+    runs = {v: generate(PARAMS, CONFIG, [1, 40, 41], drafter=HalfRightChain(), max_new_tokens=12,
+                        stop_at_eos=False, verification=v) for v in ("block", "token")}  # fmt: skip
+    assert runs["block"].tokens == runs["token"].tokens
+    assert runs["block"].tokens == greedy_reference(PARAMS, CONFIG, [1, 40, 41], 12)
+    assert runs["block"].accepted_per_cycle == runs["token"].accepted_per_cycle
+    assert max(runs["block"].accepted_per_cycle) == 2
