@@ -65,6 +65,12 @@ def drafters(target) -> dict:
             "eagle2", target=target, head="small-eagle1", **EAGLE2_DEFAULTS),
         "EAGLE-3 default (26-node sampled tree at depth 7)": lambda: build_drafter(
             "eagle3", target=target, head="small-eagle3", **EAGLE3_DEFAULTS),
+        "EAGLE-2 60-node sampled tree": lambda: build_drafter(
+            "eagle2", target=target, head="small-eagle1", **{**EAGLE2_DEFAULTS,
+                                                             "total_tokens": 60}),
+        "EAGLE-3 60-node sampled tree at depth 7": lambda: build_drafter(
+            "eagle3", target=target, head="small-eagle3", **{**EAGLE3_DEFAULTS,
+                                                             "total_tokens": 60}),
     }  # fmt: skip
 
 
