@@ -34,7 +34,7 @@ import numpy as np
 from default_tau import tau_summary, write_json
 
 from minieagle import inference
-from minieagle.calibration import validation_prompts
+from minieagle.calibration import tuning_prompts, tuning_template, validation_prompts
 from minieagle.checkpoint import load_checkpoint
 from minieagle.drafters import build_drafter
 from minieagle.drafters.eagle2 import EAGLE2_DEFAULTS, EAGLE3_DEFAULTS
@@ -43,33 +43,34 @@ from minieagle.sampling import SamplingParams
 from minieagle.shipped import DEFAULT_MODEL
 
 
-def drafters(target) -> dict:
-    """name -> a fresh drafter per prompt (the shipped heads, their shipped scores)."""
+def drafters(target, e1: str = "small-eagle1", e3: str = "small-eagle3") -> dict:
+    """name -> a fresh drafter per prompt: the heads e1 (EAGLE-1) and e3 (EAGLE-3), by name or
+    directory (default the shipped tiny heads), with their shipped scores."""
 
     def chain(method: str, head: str, drafts: int):
         return lambda: build_drafter(method, target=target, head=head, depth=drafts - 1,
                                      top_k=1, total_tokens=drafts + 1, sampled_tree=True)
 
     return {
-        "EAGLE-1 chain:3": lambda: build_drafter("eagle1", target=target, head="small-eagle1",
+        "EAGLE-1 chain:3": lambda: build_drafter("eagle1", target=target, head=e1,
                                                  tree="chain:3"),
-        "EAGLE-1 chain:5": lambda: build_drafter("eagle1", target=target, head="small-eagle1",
+        "EAGLE-1 chain:5": lambda: build_drafter("eagle1", target=target, head=e1,
                                                  tree="chain:5"),
-        "EAGLE-2 sampled chain of 3": chain("eagle2", "small-eagle1", 3),
-        "EAGLE-2 sampled chain of 5": chain("eagle2", "small-eagle1", 5),
-        "EAGLE-3 sampled chain of 3": chain("eagle3", "small-eagle3", 3),
-        "EAGLE-3 sampled chain of 6": chain("eagle3", "small-eagle3", 6),
+        "EAGLE-2 sampled chain of 3": chain("eagle2", e1, 3),
+        "EAGLE-2 sampled chain of 5": chain("eagle2", e1, 5),
+        "EAGLE-3 sampled chain of 3": chain("eagle3", e3, 3),
+        "EAGLE-3 sampled chain of 6": chain("eagle3", e3, 6),
         "EAGLE-1 static tree (26)": lambda: build_drafter("eagle1", target=target,
-                                                          head="small-eagle1"),
+                                                          head=e1),
         "EAGLE-2 default (26-node sampled tree)": lambda: build_drafter(
-            "eagle2", target=target, head="small-eagle1", **EAGLE2_DEFAULTS),
+            "eagle2", target=target, head=e1, **EAGLE2_DEFAULTS),
         "EAGLE-3 default (26-node sampled tree at depth 7)": lambda: build_drafter(
-            "eagle3", target=target, head="small-eagle3", **EAGLE3_DEFAULTS),
+            "eagle3", target=target, head=e3, **EAGLE3_DEFAULTS),
         "EAGLE-2 60-node sampled tree": lambda: build_drafter(
-            "eagle2", target=target, head="small-eagle1", **{**EAGLE2_DEFAULTS,
+            "eagle2", target=target, head=e1, **{**EAGLE2_DEFAULTS,
                                                              "total_tokens": 60}),
         "EAGLE-3 60-node sampled tree at depth 7": lambda: build_drafter(
-            "eagle3", target=target, head="small-eagle3", **{**EAGLE3_DEFAULTS,
+            "eagle3", target=target, head=e3, **{**EAGLE3_DEFAULTS,
                                                              "total_tokens": 60}),
     }  # fmt: skip
 
@@ -82,6 +83,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--temperatures", default="1.0,0.7")
     parser.add_argument("--only", help="comma-separated drafter names (default: all)")
+    parser.add_argument("--model", default=str(DEFAULT_MODEL),
+                        help="the target (default the shipped small); a model with a chat "
+                        "template is prompted with chat requests about validation passages")
+    parser.add_argument("--eagle1-head", default="small-eagle1")
+    parser.add_argument("--eagle3-head", default="small-eagle3")
     parser.add_argument("--speed", action="store_true", help="time both verifications instead")
     parser.add_argument("--repeats", type=int, default=3, help="--speed: rounds")
     parser.add_argument("--random-trees", type=int, default=0,
@@ -95,11 +101,16 @@ def main(argv=None) -> dict:
         results = random_trees(args.random_trees, args.tree_nodes, args.samples)
         write_json(results, args.out)
         return results
-    params, config, tokenizer = load_checkpoint(DEFAULT_MODEL)
+    params, config, tokenizer = load_checkpoint(args.model)
     target = (inference.prepare(params, config), config)
-    prompts = [(kind, ids) for kind in ("prose", "code") for seed in range(args.seeds)
-               for _, ids in validation_prompts(tokenizer, kind, args.prompts_per_kind, seed=seed)]
-    chosen = drafters(target)
+    if tuning_template(tokenizer) is None:  # text windows of the validation split
+        prompts = [(kind, ids) for kind in ("prose", "code") for seed in range(args.seeds)
+                   for _, ids in validation_prompts(tokenizer, kind, args.prompts_per_kind,
+                                                    seed=seed)]  # fmt: skip
+    else:  # chat requests about validation passages, rendered with the model's template
+        prompts = [prompt for seed in range(args.seeds) for prompt in tuning_prompts(
+            tokenizer, "val", args.prompts_per_kind, seeds=(2 * seed, 2 * seed + 1))]
+    chosen = drafters(target, args.eagle1_head, args.eagle3_head)
     if args.only:
         chosen = {name: chosen[name] for name in args.only.split(",")}
     if args.speed:
@@ -123,7 +134,8 @@ def main(argv=None) -> dict:
             results[label][name] = row
             print(f"{label} {name:40s} tau token {row['token']['tau']:.2f}, block "
                   f"{row['block']['tau']:.2f} ({row['block / token']:.3f}x)", flush=True)
-    results["settings"] = {"prompts": len(prompts), "split": "val",
+    results["settings"] = {"prompts": len(prompts), "split": "val", "model": args.model,
+                           "heads": [args.eagle1_head, args.eagle3_head],
                            "prompts_per_kind": args.prompts_per_kind, "seeds": args.seeds,
                            "new_tokens": args.new_tokens, "seconds": time.perf_counter() - start}
     write_json(results, args.out)
@@ -160,7 +172,8 @@ def speed(target, prompts, chosen: dict, args) -> dict:
             print(f"{label} {name:40s} ms/token token {row['token']['ms_per_token_median']:.2f}, "
                   f"block {row['block']['ms_per_token_median']:.2f} "
                   f"({row['block / token speed']:.2f}x)", flush=True)
-    results["settings"] = {"prompts": len(prompts), "split": "val", "repeats": args.repeats,
+    results["settings"] = {"prompts": len(prompts), "split": "val", "model": args.model,
+                           "heads": [args.eagle1_head, args.eagle3_head], "repeats": args.repeats,
                            "new_tokens": args.new_tokens, "what": "median ms per token"}
     return results
 
