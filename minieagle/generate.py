@@ -30,7 +30,7 @@ from minieagle.verify import verify
 
 # How a drafted tree is judged (docs/lossless.md): "block" judges every drafted path as one block,
 # leaves first (`block_verify`: on a chain never fewer accepted tokens than token by token, in
-# expectation; on trees more on the shipped heads' drafts, measured in docs/lossless.md §6);
+# expectation; on trees more on the tiny target's heads' drafts, docs/lossless.md §6);
 # "token" judges every draft token by token from the root (`verify`, recursive rejection
 # sampling). Both are lossless and give the same greedy verdicts.
 VERIFIERS = {"block": verify_block, "token": verify}

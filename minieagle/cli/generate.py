@@ -134,7 +134,7 @@ def add_parsers(sub) -> None:
         default="block",
         help="how drafts are judged: block (default: every drafted path judged as one block, "
         "leaves first; on a chain never fewer tokens accepted than token by token, on the "
-        "shipped heads' trees more, measured) or token (every draft token by token from the "
+        "tiny target's heads' trees more, measured) or token (every draft token by token from the "
         "root); both lossless (docs/lossless.md)",
     )
     p.set_defaults(func=cmd_generate)
