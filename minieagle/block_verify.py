@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from minieagle.errors import InvalidInputError
 from minieagle.sampling import Randomness
 from minieagle.tree import Tree, children
 from minieagle.verify import Verdict
@@ -49,6 +50,11 @@ def verify_block(tree: Tree, target_probs, rng: Randomness) -> Verdict:
     The walk is depth first with an explicit stack (a chain may be thousands of nodes deep):
     each frame is a node being judged, its current mass, its children not yet judged, and the
     proposal its own token was drawn from (for its parent's update if it is refused)."""
+    if len(target_probs) != len(tree):
+        raise InvalidInputError(
+            f"target_probs has {len(target_probs)} rows for {len(tree)} nodes; "
+            "pass the target distribution at every node"
+        )
     kids = children(tree)
     vocab = len(np.asarray(target_probs[0]))
     stack = [_Frame(0, np.asarray(target_probs[0], dtype=np.float64), iter(kids[0]), None)]
@@ -84,7 +90,7 @@ class _Frame:
 def _child_weight(mass: np.ndarray, q: np.ndarray, token: int, node: int) -> float:
     """w = min(1, m(x) / q(x)): the child's chance of being kept, given its token x."""
     if q[token] <= 0:
-        raise ValueError(
+        raise InvalidInputError(
             f"candidate token {token} at node {node} has proposal probability 0; a sampled "
             "candidate must come from the q it carries (pass None for deterministic picks)"
         )

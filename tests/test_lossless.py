@@ -516,6 +516,15 @@ def test_block_verification_accepts_more_than_token_by_token(shape, block_mean, 
     assert block[0] == pytest.approx(token[0], abs=1e-12)
 
 
+def test_block_verification_refuses_bad_input_naming_it():
+    tree = Tree.chain(0, [1, 2], proposals=[np.array([0.5, 0.0, 0.5]), np.array([0.2, 0.2, 0.6])])
+    rows = np.full((3, 3), 1 / 3)
+    with pytest.raises(ValueError, match="target_probs has 2 rows for 3 nodes"):
+        verify_block(tree, rows[:2], SeededRandomness(0))
+    with pytest.raises(ValueError, match="candidate token 1 at node 1 has proposal probability 0"):
+        verify_block(tree, rows, SeededRandomness(0))
+
+
 def test_block_verification_walks_a_chain_thousands_deep():
     """No recursion: a 5,000-draft greedy chain (prompt lookup can draft that many) is judged,
     and its verdict is `verify`'s."""
