@@ -13,11 +13,10 @@ with their shipped scores), where the block judges every path.
     OPENBLAS_NUM_THREADS=1 python benchmarks/block_verification.py \
         --out docs/results/block-verification.json
 
-`--speed` times instead: each drafter of `--only` decoding the first `--prompts-per-kind` prompts
-of each kind (seed 0's windows) with each verification, the two alternating over `--repeats`
-rounds (which goes first swaps every round), and reports the median ms per token of each and
-their ratio: the block reads a target row for every node it weighs, token by token only along
-the path it walks.
+`--speed` times instead: vanilla and each drafter of `--only` judged both ways, side by side at
+T = 0 and T = 1 on the first `--prompts-per-kind` prompts of each kind (`--repeats` repeats,
+`bench_methods.compare_methods`): the block reads a target row for every node it weighs, token
+by token only along the path it walks.
 
 `--random-trees N` checks instead what the block keeps on N random trees of `--tree-nodes`
 nodes over a vocabulary of 30 (each node's children drawn without replacement from a draft law
@@ -34,6 +33,7 @@ import numpy as np
 from default_tau import tau_summary, write_json
 
 from minieagle import inference
+from minieagle.bench_methods import compare_methods, format_report
 from minieagle.calibration import tuning_prompts, tuning_template, validation_prompts
 from minieagle.checkpoint import load_checkpoint
 from minieagle.drafters import build_drafter
@@ -143,38 +143,18 @@ def main(argv=None) -> dict:
 
 
 def speed(target, prompts, chosen: dict, args) -> dict:
-    """Median ms per token of each drafter with each verification, alternating (module
-    docstring), at each of `--temperatures`."""
-    results = {}
-    for temperature in (float(t) for t in args.temperatures.split(",")):
-        sampling, label = SamplingParams(temperature=temperature), f"T={temperature:g}"
-        results[label] = {}
-        for name, make in chosen.items():
-            times, taus = {"token": [], "block": []}, {"token": [], "block": []}
-            for round_ in range(args.repeats):
-                order = ("token", "block") if round_ % 2 == 0 else ("block", "token")
-                for verification in order:
-                    start, tokens, forwards = time.perf_counter(), 0, 0
-                    for i, (_, ids) in enumerate(prompts):
-                        result = generate(*target, ids, drafter=make(), sampling=sampling,
-                                          seed=i, max_new_tokens=args.new_tokens,
-                                          stop_at_eos=False, verification=verification)  # fmt: skip
-                        tokens += len(result.tokens)
-                        forwards += result.target_forwards
-                    times[verification].append((time.perf_counter() - start) / tokens * 1e3)
-                    taus[verification].append(tokens / forwards)
-            row = {v: {"ms_per_token_median": float(np.median(times[v])),
-                       "ms_per_token": times[v], "tau": float(np.mean(taus[v]))}
-                   for v in times}  # fmt: skip
-            row["block / token speed"] = (row["token"]["ms_per_token_median"]
-                                          / row["block"]["ms_per_token_median"])  # fmt: skip
-            results[label][name] = row
-            print(f"{label} {name:40s} ms/token token {row['token']['ms_per_token_median']:.2f}, "
-                  f"block {row['block']['ms_per_token_median']:.2f} "
-                  f"({row['block / token speed']:.2f}x)", flush=True)
-    results["settings"] = {"prompts": len(prompts), "split": "val", "model": args.model,
-                           "heads": [args.eagle1_head, args.eagle3_head], "repeats": args.repeats,
-                           "new_tokens": args.new_tokens, "what": "median ms per token"}
+    """Vanilla and each drafter judged both ways, side by side at T = 0 and T = 1
+    (`bench_methods.compare_methods`: interleaved, the order rotating each repeat)."""
+    methods, options = {"vanilla": lambda: None}, {}
+    for name, make in chosen.items():
+        for verification in ("token", "block"):
+            methods[f"{name}, {verification}"] = make
+            options[f"{name}, {verification}"] = {"verification": verification}
+    results = compare_methods(*target, methods, prompts, new_tokens=args.new_tokens,
+                              repeats=args.repeats, max_depth=8, generate_options=options)
+    print(format_report(results))
+    results["settings"] = {"prompts": len(prompts), "split": "val", "repeats": args.repeats,
+                           "new_tokens": args.new_tokens}
     return results
 
 

@@ -45,12 +45,16 @@ def compare_methods(
     new_tokens: int = 64,
     repeats: int = 3,
     max_depth: int = 5,
+    generate_options: dict[str, dict] | None = None,
 ) -> dict:
     """methods: name -> factory returning a fresh drafter (or None for vanilla); "vanilla" must
-    be one of them. prompts: list of (kind, ids). Returns nested results (see module doc)."""
+    be one of them. prompts: list of (kind, ids). generate_options: name -> further keyword
+    arguments of `generate` for that method (e.g. {"verification": "token"}), so two ways of
+    decoding with the same drafter run side by side. Returns nested results (see module doc)."""
     if "vanilla" not in methods:
         raise InvalidInputError("methods must include 'vanilla', the baseline of every speedup")
     names = list(methods)
+    options = {name: (generate_options or {}).get(name, {}) for name in names}
     all_runs = {}
     for label, sampling in SETTINGS.items():
         runs = {name: [] for name in names}  # (repeat, kind, prompt index, result)
@@ -64,6 +68,7 @@ def compare_methods(
                 sampling=sampling,
                 seed=0,
                 stop_at_eos=False,
+                **options[name],
             )
         for repeat in range(repeats):
             order = names[repeat % len(names) :] + names[: repeat % len(names)]
@@ -78,6 +83,7 @@ def compare_methods(
                         sampling=sampling,
                         seed=1000 * repeat + index,
                         stop_at_eos=False,
+                        **options[name],
                     )
                     runs[name].append((repeat, kind, index, result))
         all_runs[label] = runs

@@ -56,3 +56,28 @@ def test_the_check_catches_a_bound_that_ignores_the_drafting_time(monkeypatch):
     got = bench_methods._bound(results, 3.0, 1.2, VERIFY_MS, VANILLA_MS)
     with pytest.raises(AssertionError):
         assert got["draft_cost"] == pytest.approx(0.5 / VANILLA_MS)
+
+
+def test_each_method_decodes_with_its_own_generate_options(monkeypatch):
+    """compare_methods' generate_options reach `generate` for their method only: the same
+    drafter can run side by side under two settings (here the verification rule)."""
+    from minieagle import bench_methods
+
+    seen = []
+
+    def recording_generate(*args, **kwargs):
+        seen.append(kwargs.get("verification", "default"))
+        raise StopIteration  # nothing more is needed from the run
+
+    monkeypatch.setattr(bench_methods, "generate", recording_generate)
+    methods = {"vanilla": lambda: None, "other": lambda: None}
+    with pytest.raises(StopIteration):
+        bench_methods.compare_methods(None, None, methods, [("prose", [1, 2])],
+                                      generate_options={"other": {"verification": "token"}})
+    assert seen == ["default"]  # the warm-up of vanilla, which has no options
+    seen.clear()
+    with pytest.raises(StopIteration):
+        bench_methods.compare_methods(None, None, {"other": lambda: None, "vanilla": lambda: None},
+                                      [("prose", [1, 2])],
+                                      generate_options={"other": {"verification": "token"}})
+    assert seen == ["token"]

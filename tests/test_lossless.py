@@ -492,7 +492,7 @@ def test_block_verification_of_static_trees_with_duplicates_and_padding_is_lossl
 def test_block_verification_of_one_level_is_recursive_rejection_sampling(case, without):
     """Children of the root only: the root's mass is 1 throughout, so the rule is `verify`'s
     and so is the exact law of what is accepted."""
-    parents = (-1,) * 1 + (0,) * (len(case.parents) - 1)
+    parents = (-1, *(0,) * (len(case.parents) - 1))
     make_tree = make_sampled_tree(case.draft, parents, without)
     block = accepted_count_law(verify_block, case.target, make_tree, case.context)
     token = accepted_count_law(verify, case.target, make_tree, case.context)
