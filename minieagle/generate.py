@@ -82,8 +82,9 @@ class GenerationResult:
 
 class _TargetDistributions:
     """Row i: the processed target distribution after tree node i (float64 host [V]), computed
-    the first time verification asks for it. Verification reads only the nodes on the accepted
-    path, so a 26-node tree costs a few rows, not 26."""
+    the first time verification asks for it. Token-by-token verification reads only the nodes
+    it walks (the accepted path and the siblings tried), block verification every node of
+    positive weight; neither pays for the rows it never reads."""
 
     def __init__(self, logits, sampling: SamplingParams):
         self.logits, self.sampling, self.rows = logits, sampling, {}
