@@ -14,6 +14,7 @@ non-flaky bound `tv_bound`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -559,6 +560,55 @@ def test_a_broken_block_verifier_is_caught(monkeypatch, helper, broken):
         assert_lossless(verify_block, _constant(P), make_tree, CONTEXT, 3)
     got = one_cycle_law(verify_block, _constant(P), make_tree, CONTEXT, 3)
     assert total_variation(got, autoregressive_law(_constant(P), CONTEXT, 3)) > 0.02
+
+
+def _assert_cut_chains_agree(verify_fn, target, make, parents, context) -> None:
+    """A chain's first c drafts are judged as if the chain ended there: for every cut c, the
+    exact law of min(accepted, c) on the whole chain equals the law of accepted on the chain
+    cut after c drafts (drafting enumerated too)."""
+    whole = accepted_count_law(verify_fn, target, make(parents), context)
+    for cut in range(1, len(parents) - 1):
+        folded: dict = {}
+        for n, p in whole.items():
+            folded[min(n, cut)] = folded.get(min(n, cut), 0.0) + p
+        short = accepted_count_law(verify_fn, target, make(parents[: cut + 1]), context)
+        for n in folded.keys() | short.keys():
+            assert folded.get(n, 0.0) == pytest.approx(short.get(n, 0.0), abs=1e-12), (
+                f"cut after {cut} drafts: P(min(accepted, {cut}) = {n}) is {folded.get(n, 0.0):.6f}"
+                f" on the whole chain, {short.get(n, 0.0):.6f} on the cut one"
+            )
+
+
+@PROPERTY
+@given(cases(max_vocab=4, max_nodes=5, chain=True), st.sampled_from(["top-k", "sampled"]))
+@example(Case(_constant(P), _constant(Q), CONTEXT, (-1, 0, 1, 2)), "sampled")
+def test_block_verification_judges_a_chains_first_drafts_as_if_it_ended_there(case, drafting):
+    """What lets the tree sizing read every shorter chain from one long chain's verdicts
+    (`sizing.expected_accepted` cuts the calibration runs' chains of 8): under block
+    verification node j of a chain is kept with probability E[w_j], its weight, whatever is
+    drafted below it (docs/lossless.md §6: judging a node keeps it with its mass's total, on
+    average over the draws under it). Token by token it holds trivially; both are checked."""
+    if drafting == "top-k":
+        make = functools.partial(make_topk_tree, case.draft)
+    else:
+        make = functools.partial(make_sampled_tree, case.draft, without_replacement=False)
+    for verify_fn in (verify_block, verify):
+        _assert_cut_chains_agree(verify_fn, case.target, make, case.parents, case.context)
+
+
+def test_the_cut_chain_check_catches_a_verifier_that_looks_ahead():
+    """Negative control: a (lossless) verifier that refuses every draft of a chain longer than
+    two drafts and judges shorter ones as blocks; its first draft's verdict depends on what is
+    drafted below it, which the check reports."""
+
+    def looks_ahead(tree, target_probs, rng):
+        if len(tree) > 3:
+            return Verdict([], int(rng.draw(np.asarray(target_probs[0], dtype=np.float64))))
+        return verify_block(tree, target_probs, rng)
+
+    make = functools.partial(make_sampled_tree, _constant(Q), without_replacement=False)
+    with pytest.raises(AssertionError, match="cut after 1 drafts"):
+        _assert_cut_chains_agree(looks_ahead, _constant(P), make, (-1, 0, 1, 2), CONTEXT)
 
 
 # ---------------------------------------------------------------------------- Monte Carlo
