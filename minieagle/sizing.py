@@ -7,10 +7,15 @@ A speculative cycle drafts a tree, verifies it in one target forward and emits, 
 
     speedup(k, d, N) = τ̂(k, d, N) * step / (verify(N) + loop + draft(k, d))
 
+- step: one vanilla decoding step (ms per token of `generate` without a drafter), timed
+  after each calibration prompt below, so that it sees the machine as the cycles do;
 - verify(N): one target forward over N tree tokens, measured (the cost curve; on a CPU it
-  grows with N, on a GPU it is nearly flat, so the best N differs by machine, EAGLE-2 §5.3);
-- loop: the speculative loop's own work per cycle (verification, cache surgery), measured as a
-  vanilla step minus a one-token forward; step = verify(1) + loop is one vanilla step;
+  grows with N, on a GPU it is nearly flat, so the best N differs by machine, EAGLE-2 §5.3),
+  then scaled to the forwards the calibration runs ran (timed back to back, a forward finds
+  its weights in the cache, which between the drafter's work it does not);
+- loop: the speculative loop's own work per cycle (the verdict, cache surgery, the drafter's
+  accept), timed in the calibration runs as each cycle's wall time less its propose and its
+  forward (for EAGLE-1's chain, in that drafter's own cycles);
 - draft(k, d): drafting with top_k = k and depth = d (the catch-up forward, d expansion
   levels of k nodes each, tree building), timed at depth 1 and at the deepest depth, straight
   in between;
@@ -40,6 +45,7 @@ per head and setting for the shipped models, once; then the sizes load instantly
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import hashlib
 import json
@@ -55,6 +61,7 @@ from pathlib import Path
 import numpy as np
 
 from minieagle import __version__, inference
+from minieagle.backend import synchronize
 from minieagle.cache import cache_root
 from minieagle.calibration import TemperatureScores, fit_calibration
 from minieagle.config import LlamaConfig
@@ -64,13 +71,14 @@ from minieagle.errors import InvalidInputError
 from minieagle.sampling import SamplingParams, setting_name
 from minieagle.tree import children, depths
 
-SIZING_VERSION = 12  # bump when the code's costs change: cached sizes are then measured again
+SIZING_VERSION = 13  # bump when the code's costs change: cached sizes are then measured again
 CANDIDATE_TOP_K = (1, 2, 4, 8)
 MAX_DEPTH = 7  # expansion steps of the calibration runs: trees up to 8 drafts deep
 TOTAL_TOKENS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 26, 32, 40, 48, 64)
 VERIFY_SIZES = (1, 2, 4, 8, 16, 32, 64)  # verify(N) measured here, interpolated in between
 SIZING_SECONDS = 30.0  # auto_size's time budget for measuring (docs/speed.md)
 MIN_CYCLES = 4  # drafting cycles a calibration run records, even past its time share
+SIZING_PROMPTS = 4  # calibration prompts per kind (prose, code): twice the records of 2
 
 
 @dataclass
@@ -80,8 +88,8 @@ class Sizing:
     here: draft nothing; chain: the best EAGLE-1 chain length (drafts; 0: none); expected_tau
     and expected_speedup: the model's τ̂ and speedup at the chosen sizes; chain_tau,
     chain_speedup: the same for the chain. setting: the sampling setting it was sized for.
-    costs: the measured times in ms (verify by N, loop, draft by "k,d"), so a reader can redo
-    the choice."""
+    costs: the measured times in ms (verify by N, the vanilla step, the loop, draft by "k,d"),
+    so a reader can redo the choice."""
 
     depth: int
     top_k: int
@@ -139,19 +147,91 @@ def lower_envelope(verify_ms: dict) -> dict:
     return {n: envelope[n] for n in sorted(envelope)}
 
 
-class _TimedDrafter:
-    """Wraps an `Eagle2Drafter` for a calibration run: keeps each cycle's pool and times its
-    propose (whole) and its expansion levels (head forward + children), without changing what
-    it drafts."""
+class _TimedTarget:
+    """A prepared target whose forwards are timed: `forward_ms` adds up every call's ms (the
+    device synchronised first, so a GPU's forward is counted where it runs). Everything else
+    is the target's own; `generate` takes it as the prepared view it is."""
 
-    def __init__(self, drafter):
+    def __init__(self, target):
+        self.target, self.forward_ms = target, 0.0
+
+    def view(self):
+        timed = copy.copy(self.target)  # the same arrays; only its forward is wrapped
+        inner = self.target.forward
+
+        def forward(*args, **kwargs):
+            start = time.perf_counter()
+            out = inner(*args, **kwargs)
+            synchronize(self.target.embed)
+            self.forward_ms += 1e3 * (time.perf_counter() - start)
+            return out
+
+        timed.forward = forward
+        return timed
+
+
+class _Stopwatch:
+    """Wraps any drafter, without changing what it drafts, and times its cycles: each propose
+    and, with the `_TimedTarget` it decodes against, the loop's own work (`loops`)."""
+
+    def __init__(self, drafter, timed_target: _TimedTarget | None = None):
         self.inner = drafter
         self.feature_keys = drafter.feature_keys
+        self.timed_target = timed_target
+        self.propose_ms: list[float] = []
+        self.propose_starts: list[tuple[float, float]] = []  # (clock, forward ms so far)
+        self.tree_sizes: list[int] = []  # nodes verified per cycle, root included
+
+    def begin(self, prompt_ids, features, sampling) -> None:
+        self.inner.begin(prompt_ids, features, sampling)
+
+    def propose(self, root, rng, max_nodes):
+        start = time.perf_counter()
+        forwarded = self.timed_target.forward_ms if self.timed_target is not None else 0.0
+        tree = self.inner.propose(root, rng, max_nodes)
+        self.propose_ms.append(1e3 * (time.perf_counter() - start))
+        self.propose_starts.append((start, forwarded))
+        self.tree_sizes.append(len(tree))
+        return tree
+
+    def forwards(self) -> list[tuple[float, int]]:
+        """(ms, nodes) of the target's forward in every cycle but the last, with its tree's
+        size. Empty without a timed target."""
+        if self.timed_target is None:
+            return []
+        return [
+            (after - forwarded, n)
+            for (_, forwarded), (_, after), n
+            in zip(self.propose_starts, self.propose_starts[1:], self.tree_sizes, strict=False)
+        ]  # fmt: skip
+
+    def loops(self) -> list[float]:
+        """The loop's own ms in every cycle but the last (the verdict, cache surgery, the
+        drafter's accept): the wall time from one propose to the next, less the propose and
+        the target's forward between them. Empty without a timed target."""
+        if self.timed_target is None:
+            return []
+        return [
+            1e3 * (after - start) - ms - (forwarded_after - forwarded)
+            for (start, forwarded), (after, forwarded_after), ms
+            in zip(self.propose_starts, self.propose_starts[1:], self.propose_ms, strict=False)
+        ]  # fmt: skip  (the starts shifted by one end a cycle early: the last has no end)
+
+    def accept(self, tokens, features, next_token) -> None:
+        self.inner.accept(tokens, features, next_token)
+
+
+class _TimedDrafter(_Stopwatch):
+    """Wraps an `Eagle2Drafter` for a calibration run: keeps each cycle's pool and times its
+    propose (whole), its expansion levels (head forward + children) and its cycles, without
+    changing what it drafts."""
+
+    def __init__(self, drafter, timed_target: _TimedTarget | None = None):
+        super().__init__(drafter, timed_target)
         self.pools: list[Pool] = []
         self.path_records: list[tuple[float, bool]] = []  # (value V, on the accepted path)
         self.path_depths: list[int] = []  # the depth of each record's node
         self._last = None  # (tree, values [N]) of the last proposal
-        self.propose_ms: list[float] = []
         self.level_ms: list[float] = []
         feed, add = drafter._feed_level, drafter._add_level
         self._level_start = None
@@ -169,13 +249,8 @@ class _TimedDrafter:
 
         drafter._feed_level, drafter._add_level = timed_feed, timed_add
 
-    def begin(self, prompt_ids, features, sampling) -> None:
-        self.inner.begin(prompt_ids, features, sampling)
-
     def propose(self, root, rng, max_nodes):
-        start = time.perf_counter()
-        tree = self.inner.propose(root, rng, max_nodes)
-        self.propose_ms.append(1e3 * (time.perf_counter() - start))
+        tree = super().propose(root, rng, max_nodes)
         self._last = None
         if len(tree) > 1 and self.inner.pool is not None:
             pool = self.inner.pool
@@ -217,17 +292,19 @@ def calibration_run(
     """Decode `prompts` ((kind, ids) pairs) with an `Eagle2Drafter` of this top_k at `depth`,
     a tree large enough never to cut the expansion (sampled_tree: its option, which at T > 0
     with top_k = 1 is EAGLE-1's sampled chain; calibration: the map the drafter ranks by).
-    Returns (pools, the `PathAcceptance` fitted
-    on every verified node, median propose ms, median level ms). deadline: a
+    Returns a `CalibrationRun`: the pools, the `PathAcceptance` fitted on every verified
+    node, the median propose and level ms, and each cycle's loop ms. deadline: a
     `time.perf_counter()` time after which decoding stops, once MIN_CYCLES cycles are
     recorded; on_cycle: called after every cycle (a progress bar)."""
     from minieagle.generate import generate
 
-    pools, records, node_depths, propose, level = [], [], [], [], []
+    pools, records, node_depths, propose, level, loops, forwards = [], [], [], [], [], [], []
+    vanilla = []
     make = tree_drafter(target, config, head, head_cfg, vocab, top_k, depth, sampled_tree,
                         calibration)  # fmt: skip
+    timed = _TimedTarget(inference.prepare(target, config))
     for i, (_, ids) in enumerate(prompts):
-        drafter, earlier = _TimedDrafter(make()), len(pools)
+        drafter, earlier = _TimedDrafter(make(), timed), len(pools)
 
         def cycle_done(_tokens, drafter=drafter, earlier=earlier):
             if on_cycle is not None:
@@ -237,7 +314,7 @@ def calibration_run(
                 raise _OutOfTime
 
         try:
-            generate(target, config, ids, drafter=drafter, max_new_tokens=new_tokens,
+            generate(timed.view(), config, ids, drafter=drafter, max_new_tokens=new_tokens,
                      sampling=sampling, seed=seed + i, stop_at_eos=False,
                      on_tokens=cycle_done)  # fmt: skip
             out_of_time = False
@@ -248,12 +325,46 @@ def calibration_run(
         node_depths += drafter.path_depths
         propose += drafter.propose_ms[1:]  # the first cycle's catch-up reads the whole prompt
         level += drafter.level_ms
+        loops += drafter.loops()
+        forwards += drafter.forwards()
+        vanilla.append(_vanilla_ms(target, config, ids, sampling, seed + i))
         if out_of_time:
             break
     on_path = PathAcceptance(
         records, node_depths, setting_name(sampling, sampled_tree=sampled_tree)
     )
-    return pools, on_path, statistics.median(propose), statistics.median(level)
+    return CalibrationRun(pools, on_path, statistics.median(propose), statistics.median(level),
+                          loops, forwards, vanilla)  # fmt: skip
+
+
+VANILLA_TOKENS = 16  # tokens of the vanilla decoding after each calibration prompt
+
+
+def _vanilla_ms(target, config, ids, sampling, seed: int) -> float:
+    """ms per token of vanilla decoding of `ids` (VANILLA_TOKENS tokens): one step, timed
+    between the speculative decodings so that both see the machine in the same state."""
+    from minieagle.generate import generate
+
+    result = generate(target, config, ids, max_new_tokens=VANILLA_TOKENS, sampling=sampling,
+                      seed=seed, stop_at_eos=False)  # fmt: skip
+    return 1e3 * result.decode_seconds / max(1, len(result.tokens))
+
+
+@dataclass
+class CalibrationRun:
+    """What one calibration run measured: every cycle's candidate pool, g(V, depth) fitted on
+    its verified nodes, the median ms of a propose and of one expansion level, and the loop's
+    own ms in each cycle but each prompt's last (`_Stopwatch.loops`), the target's forward
+    in those cycles, (ms, nodes) (`_Stopwatch.forwards`), and a vanilla step's ms after each
+    prompt (`_vanilla_ms`)."""
+
+    pools: list
+    on_path: PathAcceptance
+    propose_ms: float
+    level_ms: float
+    loops: list
+    forwards: list
+    vanilla_ms: list
 
 
 class _OutOfTime(Exception):
@@ -313,29 +424,47 @@ def _propose_ms(target, config, prompts, sampling, make_drafter, new_tokens: int
     `cycles` proposals after the first of each prompt, whose catch-up reads the whole
     prompt), or with make_drafter None, median ms per vanilla token over `new_tokens` tokens
     of each of the first two prompts."""
+    return statistics.median(
+        _timed_cycles(target, config, prompts, sampling, make_drafter, new_tokens, cycles,
+                      with_vanilla=False)[0]
+    )
+
+
+def _timed_cycles(target, config, prompts, sampling, make_drafter, new_tokens: int = 12,
+                  cycles: int = 4, prompts_used: int = 2, with_vanilla: bool = True
+                  ) -> tuple[list, list, list, list]:  # fmt: skip
+    """`_propose_ms`'s decoding of the first `prompts_used` prompts: (the propose ms after each
+    prompt's first, the loop's own ms of each cycle, its forward's (ms, nodes):
+    `_Stopwatch.loops` and `forwards`, a vanilla step's ms after each prompt if with_vanilla);
+    with make_drafter None, (ms per vanilla token of each prompt, [], [], [])."""
     from minieagle.generate import generate
 
-    times = []
-    for i, (_, ids) in enumerate(prompts[:2]):
-        timed = None if make_drafter is None else _TimedDrafter(make_drafter())
+    times, loops, forwards, vanilla = [], [], [], []
+    clock = _TimedTarget(inference.prepare(target, config))
+    for i, (_, ids) in enumerate(prompts[:prompts_used]):
+        timed = None if make_drafter is None else _Stopwatch(make_drafter(), clock)
 
         def enough(_tokens, timed=timed):
             if timed is not None and len(timed.propose_ms) > cycles:
                 raise _OutOfTime
 
         try:
-            result = generate(target, config, ids, drafter=timed, max_new_tokens=new_tokens,
-                              sampling=sampling, seed=i, stop_at_eos=False,
-                              on_tokens=enough)  # fmt: skip
+            result = generate(target if timed is None else clock.view(), config, ids,
+                              drafter=timed, max_new_tokens=new_tokens, sampling=sampling,
+                              seed=i, stop_at_eos=False, on_tokens=enough)  # fmt: skip
         except _OutOfTime:
             result = None
         if timed is None:
             times.append(1e3 * result.decode_seconds / max(1, len(result.tokens)))
         else:
             times += timed.propose_ms[1:]
-        if len(times) >= cycles:
+            loops += timed.loops()
+            forwards += timed.forwards()
+            if with_vanilla:
+                vanilla.append(_vanilla_ms(target, config, ids, sampling, i))
+        if timed is not None and len(times) >= cycles:
             break
-    return statistics.median(times)
+    return times, loops, forwards, vanilla
 
 
 def expected_accepted(pool: Pool, on_path, depth: int, drafts: int) -> float:
@@ -355,14 +484,16 @@ def expected_accepted(pool: Pool, on_path, depth: int, drafts: int) -> float:
     return float(on_path(values).sum())
 
 
-def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *,
+def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *, step_ms: float,
            top_k=None, depth=None, total_tokens=None):  # fmt: skip
-    """The (top_k, depth, total_tokens) of the highest predicted speedup. verify_ms {N: ms};
-    draft_ms {(k, d): ms}; tau {(k, d, N): τ̂}; fixed top_k / depth / total_tokens restrict
-    the search. Returns (k, d, N, τ̂, speedup). With nothing fixed, drafting nothing (k = d =
-    0, N = 1: vanilla decoding, speedup 1) is a candidate too, chosen when no tree is predicted
-    to pay: sized automatically, a drafter is never expected to be slower than vanilla."""
-    step = verify_ms[1] + loop_ms
+    """The (top_k, depth, total_tokens) of the highest predicted speedup τ̂ · step_ms /
+    (verify_ms[N] + loop_ms + draft_ms[k, d]). verify_ms {N: ms}; loop_ms: the loop's own work
+    per cycle; draft_ms {(k, d): ms}; tau {(k, d, N): τ̂}; step_ms: one vanilla decoding step;
+    fixed top_k / depth / total_tokens restrict the search. Returns (k, d, N, τ̂, speedup).
+    With nothing fixed, drafting nothing (k = d = 0, N = 1: vanilla decoding, speedup 1) is a
+    candidate too, chosen when no tree is predicted to pay: sized automatically, a drafter is
+    never expected to be slower than vanilla."""
+    step = step_ms
     free = top_k is None and depth is None and total_tokens is None
     best = (0, 0, 1, 1.0, 1.0) if free else None
     for (k, d, n), t in tau.items():
@@ -398,6 +529,7 @@ def measure_sizing(
     calibration=None,
     budget_s: float | None = None,
     costs: tuple | None = None,
+    chain_drafter=None,
 ) -> dict:
     """Every measurement the choice needs, as plain JSON-ready data: verify ms by N (measured
     at VERIFY_SIZES, interpolated between), the loop overhead, draft ms by (k, d), and τ̂ by
@@ -406,7 +538,16 @@ def measure_sizing(
     prompt to new_tokens. progress: announce the measuring on stderr at once (one line), then
     a progress bar in seconds of the budget where stderr is a terminal. calibration: the map
     the drafter ranks by (a `Calibration` for this setting, or None). costs: (verify_ms,
-    loop_ms) measured already for this target and setting (another tree's sizing), reused."""
+    step_ms) measured already for this target and setting (another tree's sizing), reused.
+    chain_drafter: for candidate_top_k (1,), a maker of the drafter that will draft the chain
+    (`chain_drafter(D)`: EAGLE-1's chain of D drafts), whose cycles are timed for the draft and
+    loop costs instead of the calibration drafter's (which still gives τ̂: its top_k = 1 tree
+    is the same chain, sampled at T > 0 as EAGLE-1 samples it)."""
+    if chain_drafter is not None and tuple(candidate_top_k) != (1,):
+        raise InvalidInputError(
+            f"chain_drafter times a chain, but candidate_top_k={tuple(candidate_top_k)}; "
+            "pass candidate_top_k=(1,)"
+        )
     clock = _Clock(budget_s, progress, steps=2 + len(candidate_top_k))
     target = inference.prepare(target, config)
     sizes = sorted({1, *sizes})
@@ -417,12 +558,11 @@ def measure_sizing(
         )
         points = np.asarray(measured_sizes), np.asarray([verify[n] for n in measured_sizes])
         verify_ms = {n: verify.get(n, float(np.interp(n, *points))) for n in sizes}
+        step_ms = None  # timed between the calibration runs' decodings, below
         clock.step()
-        vanilla_ms = _propose_ms(target, config, prompts, sampling, None)  # ms / vanilla token
-        loop_ms = max(0.0, vanilla_ms - verify_ms[1])
         clock.step()
     else:
-        verify_ms, loop_ms = dict(costs[0]), costs[1]
+        verify_ms, step_ms = dict(costs[0]), costs[1]
         clock.step()
         clock.step()
     runs = {}
@@ -434,15 +574,46 @@ def measure_sizing(
                                   on_cycle=clock.tick)  # fmt: skip
         clock.step()
     clock.close()
-    draft_ms, tau = {}, {}
-    for k, (pools, on_path, deepest_ms, _) in runs.items():
+    # The loop's own work per cycle (the verdict, cache surgery, the drafter's accept), timed
+    # in every cycle of the calibration runs (or of the chain's own drafter) as the cycle's
+    # wall time less its propose and its target forward; the median over the cycles.
+    timed = [ms for run in runs.values() for ms in run.loops]
+    forwards = [cycle for run in runs.values() for cycle in run.forwards]
+    vanilla = [ms for run in runs.values() for ms in run.vanilla_ms]
+    draft_ms, tau, chain_ms = {}, {}, {}
+    if chain_drafter is not None:  # the chain's own drafter, at its shortest and longest
+        timed = []  # its loop too: EAGLE-1's accept does less than the dynamic tree's
+        for drafts in (2, max_depth + 1):
+            proposes, loops, chain_forwards, chain_vanilla = _timed_cycles(
+                target, config, prompts, sampling, lambda drafts=drafts: chain_drafter(drafts),
+                cycles=16, prompts_used=4,
+            )  # fmt: skip
+            chain_ms[drafts] = statistics.median(proposes)
+            timed += loops
+            forwards += chain_forwards
+            vanilla += chain_vanilla
+    loop_ms = max(0.0, statistics.median(timed)) if timed else 0.0
+    if step_ms is None:  # one vanilla step, timed after every calibration prompt
+        step_ms = statistics.median(vanilla)
+    # The cost curve's shape, scaled to the forwards the loop ran: the curve times full
+    # logits for every row and one short context, the loop's forward computes the rows its
+    # verdict reads (lazily) at every context length of the runs.
+    if forwards and costs is None:
+        scale = statistics.median(ms / _interpolate(verify_ms, n) for ms, n in forwards)
+        verify_ms = {n: ms * scale for n, ms in verify_ms.items()}
+    for k, run in runs.items():
+        pools, on_path, deepest_ms = run.pools, run.on_path, run.propose_ms
         # One map per top_k: how a node's value maps to its chance of being on the accepted
         # path depends on its siblings' ranks (a head's top-1 token is accepted more often
         # than its q says, a lower-ranked one less), so each tree shape keeps its own.
         # Drafting cost: timed at depth 1 and (in the calibration run) at the deepest depth,
         # straight in between (each level one head forward of k nodes).
-        make = tree_drafter(target, config, head, head_cfg, vocab, k, 1, sampled_tree, calibration)
-        shallow_ms = _propose_ms(target, config, prompts, sampling, make)
+        if chain_ms:
+            shallow_ms, deepest_ms = chain_ms[2], chain_ms[max_depth + 1]
+        else:
+            make = tree_drafter(target, config, head, head_cfg, vocab, k, 1, sampled_tree,
+                                calibration)  # fmt: skip
+            shallow_ms = _propose_ms(target, config, prompts, sampling, make)
         for d in range(1, max_depth + 1):
             share = (d - 1) / max(1, max_depth - 1)
             draft_ms[k, d] = shallow_ms + share * (deepest_ms - shallow_ms)
@@ -451,24 +622,34 @@ def measure_sizing(
             tau[k, d, n] = 1.0 + float(np.mean(accepted))
     return {
         "verify_ms": verify_ms,
+        "step_ms": step_ms,
         "loop_ms": loop_ms,
         "draft_ms": draft_ms,
         "tau": tau,
-        "calibration_records": sum(run[1].records for run in runs.values()),
-        "cycles": {k: len(run[0]) for k, run in runs.items()},
+        "calibration_records": sum(run.on_path.records for run in runs.values()),
+        "cycles": {k: len(run.pools) for k, run in runs.items()},
     }
+
+
+def _interpolate(verify_ms: dict, n: int) -> float:
+    """verify(n) between the measured sizes (linear), or at the largest beyond them."""
+    sizes = sorted(verify_ms)
+    return float(np.interp(n, sizes, [verify_ms[m] for m in sizes]))
 
 
 def sizing_from(measured: dict, setting: str, **fixed) -> Sizing:
     """The `Sizing` the measurements pick (fixed: top_k / depth / total_tokens the user set)."""
-    verify_ms, loop_ms = measured["verify_ms"], measured["loop_ms"]
-    k, d, n, t, speed = choose(verify_ms, loop_ms, measured["draft_ms"], measured["tau"], **fixed)
+    verify_ms, loop_ms, step_ms = measured["verify_ms"], measured["loop_ms"], measured["step_ms"]
+    k, d, n, t, speed = choose(verify_ms, loop_ms, measured["draft_ms"], measured["tau"],
+                               step_ms=step_ms, **fixed)  # fmt: skip
     chain_tau = {
         key: v for key, v in measured["tau"].items() if key[0] == 1 and key[2] == key[1] + 2
     }
-    ck, cd, _, ct, cs = choose(verify_ms, loop_ms, measured["draft_ms"], chain_tau)
+    ck, cd, _, ct, cs = choose(verify_ms, loop_ms, measured["draft_ms"], chain_tau,
+                               step_ms=step_ms)  # fmt: skip
     costs = {
         "verify_ms": {str(n): v for n, v in verify_ms.items()},
+        "step_ms": step_ms,
         "loop_ms": loop_ms,
         "draft_ms": {f"{k},{d}": v for (k, d), v in measured["draft_ms"].items()},
     }
@@ -605,6 +786,13 @@ def auto_size(target, config, head, head_cfg, vocab, sampling: SamplingParams, p
     max_depth = max(MAX_DEPTH, fixed.get("depth") or 0)  # a user's deeper depth is measured too
     expected = _expected_keys(candidates, max_depth, TOTAL_TOKENS)
     start, costs, options = time.perf_counter(), None, []
+    chain_drafter = None
+    if chain_only:  # EAGLE-1's own chain drafter is timed (its drafting costs less)
+        from minieagle.drafters.eagle1 import Eagle1Drafter
+
+        def chain_drafter(drafts: int):
+            return Eagle1Drafter(target, config, head, head_cfg, choices=f"chain:{drafts}")
+
     for i, tree in enumerate(trees):
         setting = setting_name(sampling, sampled_tree=tree)
         scores = _map_for(calibration, setting)
@@ -622,11 +810,11 @@ def auto_size(target, config, head, head_cfg, vocab, sampling: SamplingParams, p
             measured = measure_sizing(target, config, head, head_cfg, vocab, prompts, sampling,
                                       candidate_top_k=candidates, max_depth=max_depth,
                                       progress=progress, sampled_tree=tree,
-                                      calibration=scores, budget_s=share,
-                                      costs=costs)  # fmt: skip
+                                      calibration=scores, budget_s=share, costs=costs,
+                                      chain_drafter=chain_drafter)  # fmt: skip
             if path is not None:
                 _write_cache(path, _measured_to_json(measured, setting, scored))
-        costs = (measured["verify_ms"], measured["loop_ms"])
+        costs = (measured["verify_ms"], measured["step_ms"])
         sized = sizing_from(measured, setting, **fixed)
         sized.sampled_tree, sized.calibrated = tree, scores is not None
         options.append(sized)
@@ -681,8 +869,9 @@ def make_sizer(target, config, head, tokenizer, *, identity: str, chain_only: bo
     """A sizer for a drafter (`Eagle2Drafter(sizer=)`, `Eagle1Drafter(choices="auto")`):
     sampling -> `Sizing`, from `auto_size` once per sampling setting (memoised; measured once
     per machine, then cached). head: (params, config[, vocab]); tokenizer: the target's, for
-    the calibration prompts (2 prose + 2 code windows of the corpora's train split, as chat
-    requests for a target with a chat template: `calibration.tuning_prompts`);
+    the calibration prompts (SIZING_PROMPTS prose and as many code windows of the corpora's
+    train split, taken in turn, as chat requests for a target with a chat template:
+    `calibration.tuning_prompts`);
     identity: the target's and head's fingerprints. chain_only: EAGLE-1's chain (its sampled
     chain at T > 0). sampled_tree, calibration: the drafter's options (`build_drafter`'s
     `tree_options`); fixed: the sizes the user set (depth, top_k), constraining the search."""
@@ -697,7 +886,9 @@ def make_sizer(target, config, head, tokenizer, *, identity: str, chain_only: bo
     def size(sampling: SamplingParams) -> Sizing:
         setting = setting_name(sampling)
         if setting not in chosen:
-            prompts = tuning_prompts(tokenizer, "train", 2, seeds=(0, 0))
+            prompts = tuning_prompts(tokenizer, "train", SIZING_PROMPTS, seeds=(0, 0))
+            half = len(prompts) // 2  # prose and code taken in turn: a budget cut keeps both
+            prompts = [p for pair in zip(prompts[:half], prompts[half:], strict=True) for p in pair]
             chosen[setting] = auto_size(
                 target, config, params, cfg, vocab, sampling, prompts, identity=identity,
                 progress=progress, chain_only=chain_only,
@@ -715,6 +906,7 @@ def _measured_to_json(measured: dict, setting: str, calibration: str = "none") -
         "setting": setting,
         "calibration": calibration,
         "verify_ms": {str(n): v for n, v in measured["verify_ms"].items()},
+        "step_ms": measured["step_ms"],
         "loop_ms": measured["loop_ms"],
         "draft_ms": {f"{k},{d}": v for (k, d), v in measured["draft_ms"].items()},
         "tau": {f"{k},{d},{n}": v for (k, d, n), v in measured["tau"].items()},
@@ -765,8 +957,8 @@ def _measured_from_json(data: dict, setting: str, expected: dict, calibration: s
         raise ValueError(f"setting {data.get('setting')!r}, not {setting!r}")
     if data.get("calibration") != calibration:
         raise ValueError(f"calibration {data.get('calibration')!r}, not {calibration!r}")
-    fields = {"version", "setting", "calibration", "verify_ms", "loop_ms", "draft_ms", "tau",
-              "calibration_records", "cycles"}  # fmt: skip
+    fields = {"version", "setting", "calibration", "verify_ms", "step_ms", "loop_ms", "draft_ms",
+              "tau", "calibration_records", "cycles"}  # fmt: skip
     if set(data) != fields:
         raise ValueError(f"keys {sorted(data)}, expected {sorted(fields)}")
 
@@ -775,6 +967,7 @@ def _measured_from_json(data: dict, setting: str, expected: dict, calibration: s
 
     measured = {
         "verify_ms": {int(n): _ms(v, f"verify_ms[{n}]") for n, v in data["verify_ms"].items()},
+        "step_ms": _ms(data["step_ms"], "step_ms"),
         "loop_ms": _ms(data["loop_ms"], "loop_ms", least=0.0),
         "draft_ms": {
             ints(key): _ms(v, f"draft_ms[{key}]", least=0.0) for key, v in data["draft_ms"].items()

@@ -637,10 +637,11 @@ print(f"{len(kept)} prompts, {sum(len(r.tokens) for r in vanilla)} tokens, the s
 # ## 7. Sizing the tree for this machine
 #
 # A cycle drafts with top_k k and depth d, verifies N tree tokens in one target forward and
-# emits τ̂ tokens on average; against vanilla decoding (one `step` = verify(1) + loop a token),
+# emits τ̂ tokens on average; against vanilla decoding (one `step` a token, timed),
 # `speedup(k, d, N) = τ̂ · step / (verify(N) + loop + draft(k, d))` (`minieagle.sizing`).
-# verify(N) is the measured cost curve, loop the speculative loop's own work per cycle, draft(k, d)
-# the measured drafting time; τ̂ is 1 + the expected accepted drafts of the tree EAGLE-2 would
+# verify(N) is the measured cost curve (scaled to the forwards the loop ran), loop the
+# speculative loop's own work per cycle (timed in the same runs), draft(k, d) the measured
+# drafting time; τ̂ is 1 + the expected accepted drafts of the tree EAGLE-2 would
 # build, each node counted with the calibrated chance (as in section 5, measured on training
 # prompts) that its whole path is accepted. More nodes raise τ̂ with diminishing returns. On a CPU
 # a forward over N rows costs more as N grows, so the best N is small; where the cost curve is
@@ -660,11 +661,11 @@ measured = sizing.measure_sizing(
 )  # fmt: skip
 auto = sizing.sizing_from(measured, "T=0")
 print(auto.describe())
-verify_ms, loop_ms, draft_ms, tau_hat = (measured[key] for key in
-                                         ("verify_ms", "loop_ms", "draft_ms", "tau"))  # fmt: skip
-step = verify_ms[1] + loop_ms  # one vanilla step, ms
-print(f"one vanilla step: {step:.2f} ms = verify(1) {verify_ms[1]:.2f} + loop {loop_ms:.2f}; "
-      f"{measured['calibration_records']} calibration records, "
+verify_ms, loop_ms, draft_ms, tau_hat, step = (
+    measured[key] for key in ("verify_ms", "loop_ms", "draft_ms", "tau", "step_ms")
+)  # fmt: skip
+print(f"one vanilla step: {step:.2f} ms; verify(1) {verify_ms[1]:.2f} ms, the loop's own work "
+      f"{loop_ms:.2f} ms a cycle; {measured['calibration_records']} calibration records, "
       f"{sum(measured['cycles'].values())} drafting cycles")  # fmt: skip
 
 
@@ -802,8 +803,9 @@ for name, kdn in candidates.items():
     model_tau = "     "
     if kdn is not None:
         try:
-            *_, t_hat, speed = sizing.choose(verify_ms, loop_ms, draft_ms, tau_hat, top_k=kdn[0],
-                                             depth=kdn[1], total_tokens=kdn[2])  # fmt: skip
+            *_, t_hat, speed = sizing.choose(verify_ms, loop_ms, draft_ms, tau_hat, step_ms=step,
+                                             top_k=kdn[0], depth=kdn[1],
+                                             total_tokens=kdn[2])  # fmt: skip
             expected, model_tau = f"{speed:.2f}x", f"{t_hat:5.2f}"
         except InvalidInputError:
             expected = "not measured"

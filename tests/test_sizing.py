@@ -5,7 +5,11 @@
   cases), honours fixed top_k / depth / total_tokens, falls back to drafting nothing when no
   tree is predicted to beat vanilla decoding (only when nothing is fixed), and refuses fixed
   sizes that match no candidate. Negative controls: a choice that forgets the loop cost, one
-  that ignores a fixed size and one that never drafts nothing are each caught.
+  that takes the step from the cost curve, one that ignores a fixed size and one that never
+  drafts nothing are each caught.
+- The timing of the calibration runs: the timed target's view decodes the same tokens as the
+  target, each cycle's loop time is small next to its forward on the tiny target, and an
+  accept made slower by 5 ms shows in the loop time (a loop timing that missed it is caught).
 - `expected_accepted` sums g(V) over the reranked candidates of the pool cut to depth + 1;
   candidates deeper than that never count (a version without the cut is caught).
 - `_TimedDrafter` records one (V, on the accepted path) pair per verified draft, as many on
@@ -32,6 +36,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+import statistics
+import time
 from pathlib import Path
 
 import numpy as np
@@ -57,9 +63,10 @@ NOTHING = (0, 0, 1, 1.0, 1.0)  # choose's "draft nothing": vanilla decoding, spe
 
 VERIFY = {1: 1.0, 2: 1.2, 4: 1.5, 8: 2.5}
 LOOP = 0.5
+STEP = 1.2  # a vanilla step: not verify(1) + loop, which the cost curve would say
 DRAFT = {(1, 1): 0.3, (1, 2): 0.5, (2, 1): 0.4, (2, 2): 0.7}
-# step = 1.5. (2, 2, 4): 3.0 * 1.5 / (1.5 + 0.5 + 0.7) = 1.667 is the best tree;
-# the best with top_k = 1 is (1, 2, 4): 2.6 * 1.5 / 2.5 = 1.56.
+# (2, 2, 4): 3.0 * 1.2 / (1.5 + 0.5 + 0.7) = 1.333 is the best tree;
+# the best with top_k = 1 is (1, 2, 4): 2.6 * 1.2 / 2.5 = 1.248.
 TAU = {
     (1, 1, 2): 1.6, (1, 1, 4): 1.7, (1, 1, 8): 1.7,
     (1, 2, 2): 1.6, (1, 2, 4): 2.6, (1, 2, 8): 2.6,
@@ -68,11 +75,11 @@ TAU = {
 }  # fmt: skip
 
 
-def _speed(verify, loop, draft, k, d, n, t) -> float:
-    return t * (verify[1] + loop) / (verify[n] + loop + draft[k, d])
+def _speed(verify, loop, draft, k, d, n, t, step=STEP) -> float:
+    return t * step / (verify[n] + loop + draft[k, d])
 
 
-def _check_choose(choose_fn, verify, loop, draft, tau, **fixed) -> None:
+def _check_choose(choose_fn, verify, loop, draft, tau, step=STEP, **fixed) -> None:
     """Assert that choose_fn(...) is a brute-force argmax of the predicted speedup over the
     candidates `fixed` allows (plus drafting nothing when nothing is fixed), or raises
     InvalidInputError when none is allowed."""
@@ -87,30 +94,33 @@ def _check_choose(choose_fn, verify, loop, draft, tau, **fixed) -> None:
     free = all(value is None for value in fixed.values())
     if not allowed and not free:
         with pytest.raises(InvalidInputError):
-            choose_fn(verify, loop, draft, tau, **fixed)
+            choose_fn(verify, loop, draft, tau, step_ms=step, **fixed)
         return
-    best = max((_speed(verify, loop, draft, *key, t) for key, t in allowed.items()), default=0.0)
+    best = max((_speed(verify, loop, draft, *key, t, step) for key, t in allowed.items()),
+               default=0.0)  # fmt: skip
     if free:
         best = max(best, 1.0)
-    k, d, n, t, speed = choose_fn(verify, loop, draft, tau, **fixed)
+    k, d, n, t, speed = choose_fn(verify, loop, draft, tau, step_ms=step, **fixed)
     if (k, d, n) == (0, 0, 1):
         assert free, f"drafting nothing was chosen although {fixed} were fixed"
         assert (t, speed) == (1.0, 1.0)
     else:
         assert (k, d, n) in allowed, f"{(k, d, n)} is not a candidate allowed by {fixed}"
         assert t == allowed[k, d, n]
-        assert math.isclose(speed, _speed(verify, loop, draft, k, d, n, t), rel_tol=1e-12)
+        assert math.isclose(speed, _speed(verify, loop, draft, k, d, n, t, step), rel_tol=1e-12)
     assert speed >= best - 1e-9, f"chose speedup {speed}, but {best} was possible"
 
 
 def test_choose_hand_made_picks_the_best_tree_and_honours_fixed_sizes():
     """On hand-made costs the best tree is (2, 2, 4); fixing top_k = 1 gives (1, 2, 4); fixing
     depth = 1 and total_tokens = 8 gives (2, 1, 8); every answer is the brute-force argmax."""
-    assert choose(VERIFY, LOOP, DRAFT, TAU)[:3] == (2, 2, 4)
-    assert choose(VERIFY, LOOP, DRAFT, TAU, top_k=1)[:3] == (1, 2, 4)
-    assert choose(VERIFY, LOOP, DRAFT, TAU, depth=1, total_tokens=8)[:3] == (2, 1, 8)
-    k, d, n, t, speed = choose(VERIFY, LOOP, DRAFT, TAU)
-    assert t == 3.0 and math.isclose(speed, 3.0 * 1.5 / 2.7)
+    assert choose(VERIFY, LOOP, DRAFT, TAU, step_ms=STEP)[:3] == (2, 2, 4)
+    assert choose(VERIFY, LOOP, DRAFT, TAU, step_ms=STEP, top_k=1)[:3] == (1, 2, 4)
+    assert choose(VERIFY, LOOP, DRAFT, TAU, step_ms=STEP, depth=1, total_tokens=8)[:3] == (
+        2, 1, 8,
+    )  # fmt: skip
+    k, d, n, t, speed = choose(VERIFY, LOOP, DRAFT, TAU, step_ms=STEP)
+    assert t == 3.0 and math.isclose(speed, 3.0 * 1.2 / 2.7)
     for fixed in (
         {},
         {"top_k": 1},
@@ -127,8 +137,8 @@ def test_choose_drafts_nothing_only_when_no_tree_pays_and_nothing_is_fixed():
     size fixed it returns the best allowed tree even though it is slower than vanilla."""
     slow = {key: 1.0 + 0.1 * (key[2] - 1) / key[2] for key in TAU}  # τ̂ < 1.1: nothing pays
     assert all(_speed(VERIFY, LOOP, DRAFT, *key, t) < 1 for key, t in slow.items())
-    assert choose(VERIFY, LOOP, DRAFT, slow) == NOTHING
-    k, d, n, _, speed = choose(VERIFY, LOOP, DRAFT, slow, top_k=2)
+    assert choose(VERIFY, LOOP, DRAFT, slow, step_ms=STEP) == NOTHING
+    k, d, n, _, speed = choose(VERIFY, LOOP, DRAFT, slow, step_ms=STEP, top_k=2)
     assert k == 2 and speed < 1
     _check_choose(choose, VERIFY, LOOP, DRAFT, slow)
     _check_choose(choose, VERIFY, LOOP, DRAFT, slow, top_k=2)
@@ -148,27 +158,33 @@ def test_choose_drafts_nothing_only_when_no_tree_pays_and_nothing_is_fixed():
 def test_choose_refuses_fixed_sizes_matching_no_candidate(fixed):
     """Fixed sizes no measured candidate has raise InvalidInputError naming them."""
     with pytest.raises(InvalidInputError, match="no candidate size matches"):
-        choose(VERIFY, LOOP, DRAFT, TAU, **fixed)
+        choose(VERIFY, LOOP, DRAFT, TAU, step_ms=STEP, **fixed)
     _check_choose(choose, VERIFY, LOOP, DRAFT, TAU, **fixed)
 
 
-def _choose_without_loop(verify_ms, loop_ms, draft_ms, tau, **fixed):
+def _choose_without_loop(verify_ms, loop_ms, draft_ms, tau, *, step_ms, **fixed):
     """Planted bug: the loop overhead left out of the cycle's cost."""
-    return choose({**verify_ms, 1: verify_ms[1] + loop_ms}, 0.0, draft_ms, tau, **fixed)
+    return choose(verify_ms, 0.0, draft_ms, tau, step_ms=step_ms, **fixed)
 
 
-def _choose_ignoring_fixed(verify_ms, loop_ms, draft_ms, tau, **fixed):
+def _choose_step_from_the_curve(verify_ms, loop_ms, draft_ms, tau, *, step_ms, **fixed):
+    """Planted bug (the model before 2026-12-02): a vanilla step taken as verify(1) + loop."""
+    return choose(verify_ms, loop_ms, draft_ms, tau, step_ms=verify_ms[1] + loop_ms, **fixed)
+
+
+def _choose_ignoring_fixed(verify_ms, loop_ms, draft_ms, tau, *, step_ms, **fixed):
     """Planted bug: the fixed sizes ignored."""
-    return choose(verify_ms, loop_ms, draft_ms, tau)
+    return choose(verify_ms, loop_ms, draft_ms, tau, step_ms=step_ms)
 
 
-def _choose_never_nothing(verify_ms, loop_ms, draft_ms, tau, **fixed):
+def _choose_never_nothing(verify_ms, loop_ms, draft_ms, tau, *, step_ms, **fixed):
     """Planted bug: drafting nothing is never a candidate (the best tree of any top_k)."""
     if fixed:
-        return choose(verify_ms, loop_ms, draft_ms, tau, **fixed)
+        return choose(verify_ms, loop_ms, draft_ms, tau, step_ms=step_ms, **fixed)
     tops = {key[0] for key in tau}
     return max(
-        (choose(verify_ms, loop_ms, draft_ms, tau, top_k=k) for k in tops), key=lambda c: c[-1]
+        (choose(verify_ms, loop_ms, draft_ms, tau, step_ms=step_ms, top_k=k) for k in tops),
+        key=lambda c: c[-1],
     )
 
 
@@ -176,10 +192,12 @@ def _choose_never_nothing(verify_ms, loop_ms, draft_ms, tau, **fixed):
     "buggy, tau, fixed",
     [
         (_choose_without_loop, TAU, {}),
+        (_choose_step_from_the_curve, TAU, {}),
         (_choose_ignoring_fixed, TAU, {"top_k": 1}),
         (_choose_never_nothing, {key: 1.0 + 0.1 * (key[2] - 1) / key[2] for key in TAU}, {}),
     ],
-    ids=["forgets-loop-cost", "ignores-fixed-top-k", "never-drafts-nothing"],
+    ids=["forgets-loop-cost", "step-from-the-curve", "ignores-fixed-top-k",
+         "never-drafts-nothing"],  # fmt: skip
 )
 def test_choose_checker_catches_planted_bugs(buggy, tau, fixed):
     """Negative control: `_check_choose` rejects each planted mistake."""
@@ -198,6 +216,7 @@ ms = st.floats(0.01, 5.0, allow_nan=False)
 def _costs(draw):
     verify = dict(zip(SIZES, sorted(draw(st.lists(ms, min_size=5, max_size=5))), strict=True))
     loop = draw(st.floats(0.0, 2.0))
+    step = draw(ms)
     draft = {(k, d): draw(ms) for k in KS for d in DEPTHS}
     tau = {(k, d, n): draw(st.floats(1.0, float(n))) for k, d, n in TAU_KEYS}
     fixed = {
@@ -205,7 +224,7 @@ def _costs(draw):
         "depth": draw(st.sampled_from([None, None, 1, 2, 3])),
         "total_tokens": draw(st.sampled_from([None, None, *SIZES, 5])),
     }
-    return verify, loop, draft, tau, {k: v for k, v in fixed.items() if v is not None}
+    return verify, loop, draft, tau, step, {k: v for k, v in fixed.items() if v is not None}
 
 
 @settings(max_examples=150)
@@ -213,8 +232,8 @@ def _costs(draw):
 def test_choose_is_the_brute_force_argmax(costs):
     """For random costs and τ̂ (and random, sometimes unmatched, fixed sizes), choose equals the
     brute-force argmax of τ̂·step / (verify[N] + loop + draft[k, d]) or raises."""
-    verify, loop, draft, tau, fixed = costs
-    _check_choose(choose, verify, loop, draft, tau, **fixed)
+    verify, loop, draft, tau, step, fixed = costs
+    _check_choose(choose, verify, loop, draft, tau, step, **fixed)
 
 
 # ---------------------------------------------------------------------------- expected_accepted
@@ -492,17 +511,86 @@ def test_a_calibration_run_past_its_deadline_stops_after_min_cycles():
         SamplingParams(), 2, depth=2, new_tokens=24,
     )  # fmt: skip
     ticks = []
-    pools, on_path, propose_ms, _ = run(deadline=0.0, on_cycle=lambda: ticks.append(1))
-    assert len(pools) == sizing.MIN_CYCLES == len(ticks)
-    assert on_path.records > 0 and propose_ms > 0
-    unbounded, *_ = run()
-    assert len(unbounded) > sizing.MIN_CYCLES
+    bounded = run(deadline=0.0, on_cycle=lambda: ticks.append(1))
+    assert len(bounded.pools) == sizing.MIN_CYCLES == len(ticks)
+    assert bounded.on_path.records > 0 and bounded.propose_ms > 0
+    # every cycle but the prompt's last is timed (loop and forward)
+    assert len(bounded.loops) == len(bounded.forwards) == sizing.MIN_CYCLES - 1
+    assert len(run().pools) > sizing.MIN_CYCLES
+
+
+def _timed_decoding(slow_accept_ms: float = 0.0):
+    """Decode PROMPT with a chain drafter behind a `_Stopwatch` against a `_TimedTarget`
+    (the drafter's accept made slower by slow_accept_ms): (result, stopwatch)."""
+    clock = sizing._TimedTarget(sizing.inference.prepare(TARGET, CONFIG))
+    drafter = Eagle1Drafter(TARGET, CONFIG, HEAD, HEAD_CFG, choices="chain:3")
+    if slow_accept_ms:
+        accept = drafter.accept
+
+        def slow(*args, **kwargs):
+            time.sleep(slow_accept_ms / 1e3)
+            return accept(*args, **kwargs)
+
+        drafter.accept = slow
+    timed = sizing._Stopwatch(drafter, clock)
+    result = generate(clock.view(), CONFIG, PROMPT, drafter=timed, max_new_tokens=24,
+                      stop_at_eos=False)  # fmt: skip
+    return result, timed
+
+
+def test_the_stopwatch_times_the_loop_and_the_forward_without_changing_the_tokens():
+    """The timed view decodes the tokens the target does; every cycle but the last has a
+    forward time above 0 with its tree's size, and a loop time that is what is left of the
+    cycle (at least 0 within the clock's resolution)."""
+    result, timed = _timed_decoding()
+    plain = generate(TARGET, CONFIG, PROMPT, drafter=Eagle1Drafter(TARGET, CONFIG, HEAD, HEAD_CFG,
+                     choices="chain:3"), max_new_tokens=24, stop_at_eos=False)  # fmt: skip
+    assert result.tokens == plain.tokens
+    cycles = result.target_forwards
+    assert len(timed.forwards()) == len(timed.loops()) == cycles - 1
+    assert [n for _, n in timed.forwards()] == result.tree_sizes[:-1]
+    assert all(ms > 0 for ms, _ in timed.forwards())
+    assert all(ms > -0.05 for ms in timed.loops())
+
+
+def test_a_slower_accept_shows_in_the_loop_time():
+    """5 ms more in every accept raises the median loop time by about 5 ms (the loop is the
+    cycle less its propose and forward, so the accept is in it); a loop timing that left the
+    accept out, as a forward-only timer would, is caught by the same check."""
+    _, fast = _timed_decoding()
+    _, slow = _timed_decoding(slow_accept_ms=5.0)
+    gain = statistics.median(slow.loops()) - statistics.median(fast.loops())
+    assert 4.0 < gain < 20.0
+    wrong = statistics.median(ms for ms, _ in slow.forwards()) - statistics.median(
+        ms for ms, _ in fast.forwards()
+    )
+    assert not 4.0 < wrong < 20.0
+
+
+def test_an_eagle1_chain_is_timed_on_its_own_drafter():
+    """With chain_drafter (EAGLE-1's `--tree auto`), the chain's drafts are timed on that
+    drafter: draft_ms[1, d] runs from its 2-draft time to its (max_depth + 1)-draft time, and
+    τ̂ still comes from the calibration run; other top_k are refused with the chain drafter."""
+    made = []
+
+    def chain(drafts):
+        made.append(drafts)
+        return Eagle1Drafter(TARGET, CONFIG, HEAD, HEAD_CFG, choices=f"chain:{drafts}")
+
+    m = sizing.measure_sizing(TARGET, CONFIG, HEAD, HEAD_CFG, None, MEASURE_PROMPTS,
+                              SamplingParams(), candidate_top_k=(1,), max_depth=MEASURE_DEPTH,
+                              sizes=MEASURE_SIZES, new_tokens=8, chain_drafter=chain)  # fmt: skip
+    assert set(made) == {2, MEASURE_DEPTH + 1}
+    _check_measured(m, (1,), MEASURE_DEPTH, MEASURE_SIZES)
+    with pytest.raises(InvalidInputError, match="candidate_top_k=.1, 2.; pass candidate_top_k"):
+        sizing.measure_sizing(TARGET, CONFIG, HEAD, HEAD_CFG, None, MEASURE_PROMPTS,
+                              SamplingParams(), candidate_top_k=(1, 2), chain_drafter=chain)
 
 
 def _check_measured(m, ks, max_depth, sizes) -> None:
     assert set(m["verify_ms"]) == {1, *sizes}
     assert all(v > 0 for v in m["verify_ms"].values())
-    assert m["loop_ms"] >= 0
+    assert m["loop_ms"] >= 0 and m["step_ms"] > 0
     assert set(m["draft_ms"]) == {(k, d) for k in ks for d in range(1, max_depth + 1)}
     assert all(v >= 0 for v in m["draft_ms"].values())
     want = {  # every tree of N nodes the pool of k + d k^2 candidates can fill
@@ -559,7 +647,8 @@ def _check_sizing(s: Sizing, m, **fixed) -> None:
         assert s.expected_tau == m["tau"][tree]
         assert math.isclose(
             s.expected_speedup,
-            _speed(m["verify_ms"], m["loop_ms"], m["draft_ms"], *tree, s.expected_tau),
+            _speed(m["verify_ms"], m["loop_ms"], m["draft_ms"], *tree, s.expected_tau,
+                   m["step_ms"]),
         )
     else:
         assert (s.expected_tau, s.expected_speedup) == (1.0, 1.0)
@@ -587,6 +676,8 @@ def test_sizing_from_picks_a_measured_candidate(measured):
         **measured,
         "draft_ms": {key: 0.0 for key in measured["draft_ms"]},
         "verify_ms": {n: 1.0 for n in measured["verify_ms"]},
+        "step_ms": 1.0,
+        "loop_ms": 0.0,
     }
     s = sizing_from(cheap, "T=0")
     _check_sizing(s, cheap)
@@ -631,6 +722,7 @@ def _fake_measurements(calls, sampled_gain=1.0):
         gain = sampled_gain if sampled_tree else 1.0
         return {
             "verify_ms": {n: 1.0 + 0.02 * n for n in sizes},
+            "step_ms": 1.1,
             "loop_ms": 0.25,
             "draft_ms": {(k, d): 0.05 * k * d for k in candidate_top_k for d in depths},
             "tau": {
@@ -801,6 +893,8 @@ BAD_ENTRIES = {
     "verify-below-one": ("verify_ms", "64", 1e-6),
     "loop-inf": ("loop_ms", None, float("inf")),
     "loop-huge": ("loop_ms", None, 1e9),
+    "step-zero": ("step_ms", None, 0.0),
+    "step-missing": ("step_ms", None, None),
     "draft-negative": ("draft_ms", "1,1", -0.5),
     "tau-nan": ("tau", "2,2,5", float("nan")),
     "tau-below-one": ("tau", "2,2,5", 0.0),
