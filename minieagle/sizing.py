@@ -288,6 +288,7 @@ def calibration_run(
     calibration=None,
     deadline: float | None = None,
     on_cycle=None,
+    time_vanilla: bool = True,
 ):
     """Decode `prompts` ((kind, ids) pairs) with an `Eagle2Drafter` of this top_k at `depth`,
     a tree large enough never to cut the expansion (sampled_tree: its option, which at T > 0
@@ -295,7 +296,8 @@ def calibration_run(
     Returns a `CalibrationRun`: the pools, the `PathAcceptance` fitted on every verified
     node, the median propose and level ms, and each cycle's loop ms. deadline: a
     `time.perf_counter()` time after which decoding stops, once MIN_CYCLES cycles are
-    recorded; on_cycle: called after every cycle (a progress bar)."""
+    recorded; on_cycle: called after every cycle (a progress bar); time_vanilla: also time a
+    vanilla step after each prompt (`_vanilla_ms`; not needed where the step is known)."""
     from minieagle.generate import generate
 
     pools, records, node_depths, propose, level, loops, forwards = [], [], [], [], [], [], []
@@ -327,7 +329,8 @@ def calibration_run(
         level += drafter.level_ms
         loops += drafter.loops()
         forwards += drafter.forwards()
-        vanilla.append(_vanilla_ms(target, config, ids, sampling, seed + i))
+        if time_vanilla:
+            vanilla.append(_vanilla_ms(target, config, ids, sampling, seed + i))
         if out_of_time:
             break
     on_path = PathAcceptance(
@@ -422,8 +425,7 @@ def _propose_ms(target, config, prompts, sampling, make_drafter, new_tokens: int
                 cycles: int = 4) -> float:  # fmt: skip
     """Median ms of one drafter's propose over a short decoding of the first prompts (at most
     `cycles` proposals after the first of each prompt, whose catch-up reads the whole
-    prompt), or with make_drafter None, median ms per vanilla token over `new_tokens` tokens
-    of each of the first two prompts."""
+    prompt)."""
     return statistics.median(
         _timed_cycles(target, config, prompts, sampling, make_drafter, new_tokens, cycles,
                       with_vanilla=False)[0]
@@ -435,34 +437,27 @@ def _timed_cycles(target, config, prompts, sampling, make_drafter, new_tokens: i
                   ) -> tuple[list, list, list, list]:  # fmt: skip
     """`_propose_ms`'s decoding of the first `prompts_used` prompts: (the propose ms after each
     prompt's first, the loop's own ms of each cycle, its forward's (ms, nodes):
-    `_Stopwatch.loops` and `forwards`, a vanilla step's ms after each prompt if with_vanilla);
-    with make_drafter None, (ms per vanilla token of each prompt, [], [], [])."""
+    `_Stopwatch.loops` and `forwards`, a vanilla step's ms after each prompt if with_vanilla)."""
     from minieagle.generate import generate
 
     times, loops, forwards, vanilla = [], [], [], []
     clock = _TimedTarget(inference.prepare(target, config))
     for i, (_, ids) in enumerate(prompts[:prompts_used]):
-        timed = None if make_drafter is None else _Stopwatch(make_drafter(), clock)
+        timed = _Stopwatch(make_drafter(), clock)
 
         def enough(_tokens, timed=timed):
-            if timed is not None and len(timed.propose_ms) > cycles:
+            if len(timed.propose_ms) > cycles:
                 raise _OutOfTime
 
-        try:
-            result = generate(target if timed is None else clock.view(), config, ids,
-                              drafter=timed, max_new_tokens=new_tokens, sampling=sampling,
-                              seed=i, stop_at_eos=False, on_tokens=enough)  # fmt: skip
-        except _OutOfTime:
-            result = None
-        if timed is None:
-            times.append(1e3 * result.decode_seconds / max(1, len(result.tokens)))
-        else:
-            times += timed.propose_ms[1:]
-            loops += timed.loops()
-            forwards += timed.forwards()
-            if with_vanilla:
-                vanilla.append(_vanilla_ms(target, config, ids, sampling, i))
-        if timed is not None and len(times) >= cycles:
+        with contextlib.suppress(_OutOfTime):
+            generate(clock.view(), config, ids, drafter=timed, max_new_tokens=new_tokens,
+                     sampling=sampling, seed=i, stop_at_eos=False, on_tokens=enough)  # fmt: skip
+        times += timed.propose_ms[1:]
+        loops += timed.loops()
+        forwards += timed.forwards()
+        if with_vanilla:
+            vanilla.append(_vanilla_ms(target, config, ids, sampling, i))
+        if len(times) >= cycles:
             break
     return times, loops, forwards, vanilla
 
@@ -493,14 +488,13 @@ def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *, step_m
     With nothing fixed, drafting nothing (k = d = 0, N = 1: vanilla decoding, speedup 1) is a
     candidate too, chosen when no tree is predicted to pay: sized automatically, a drafter is
     never expected to be slower than vanilla."""
-    step = step_ms
     free = top_k is None and depth is None and total_tokens is None
     best = (0, 0, 1, 1.0, 1.0) if free else None
     for (k, d, n), t in tau.items():
         if any(want is not None and want != got
                for want, got in ((top_k, k), (depth, d), (total_tokens, n))):  # fmt: skip
             continue
-        speed = t * step / (verify_ms[n] + loop_ms + draft_ms[k, d])
+        speed = t * step_ms / (verify_ms[n] + loop_ms + draft_ms[k, d])
         if best is None or speed > best[-1] + 1e-12:
             best = (k, d, n, t, speed)
     if best is None:
@@ -556,8 +550,7 @@ def measure_sizing(
         verify = lower_envelope(
             measure_verify_ms(target, config, prompts[0][1], measured_sizes, repeats=3)
         )
-        points = np.asarray(measured_sizes), np.asarray([verify[n] for n in measured_sizes])
-        verify_ms = {n: verify.get(n, float(np.interp(n, *points))) for n in sizes}
+        verify_ms = {n: verify.get(n, _interpolate(verify, n)) for n in sizes}
         step_ms = None  # timed between the calibration runs' decodings, below
         clock.step()
         clock.step()
@@ -571,7 +564,7 @@ def measure_sizing(
                                   depth=max_depth, new_tokens=new_tokens,
                                   sampled_tree=sampled_tree, calibration=calibration,
                                   deadline=clock.deadline(len(candidate_top_k) - i),
-                                  on_cycle=clock.tick)  # fmt: skip
+                                  on_cycle=clock.tick, time_vanilla=step_ms is None)  # fmt: skip
         clock.step()
     clock.close()
     # The loop's own work per cycle (the verdict, cache surgery, the drafter's accept), timed
@@ -586,7 +579,7 @@ def measure_sizing(
         for drafts in (2, max_depth + 1):
             proposes, loops, chain_forwards, chain_vanilla = _timed_cycles(
                 target, config, prompts, sampling, lambda drafts=drafts: chain_drafter(drafts),
-                cycles=16, prompts_used=4,
+                cycles=16, prompts_used=4, with_vanilla=step_ms is None,
             )  # fmt: skip
             chain_ms[drafts] = statistics.median(proposes)
             timed += loops

@@ -525,3 +525,20 @@ def test_the_block_verification_script_measures_both_verifications(scripts, tmp_
     assert len(trees["trees"]) == 2 and trees["settings"]["samples"] == 50
     for row in trees["trees"]:
         assert row["block - token"] == pytest.approx(row["block"]["mean"] - row["token"]["mean"])
+
+
+def test_the_chain_cut_script_reads_both_chains_under_both_verifications(scripts, tmp_path):
+    """benchmarks/sizing_chain_cut.py at its smallest: a row per verification and chain length,
+    P(accepted >= j) per cycle for j up to the short chain, falling with j, with its standard
+    errors; the JSON holds the command."""
+    cut = importlib.import_module("sizing_chain_cut")
+    out = tmp_path / "cut.json"
+    assert cut.main(["--prompts-per-kind", "1", "--seeds", "1", "--new-tokens", "8",
+                     "--short", "2", "--long", "3", "--out", str(out)]) == 0  # fmt: skip
+    data = json.loads(out.read_text())
+    assert data["command"]["short"] == 2
+    assert set(data["rows"]) == {f"{v}, chain of {n}" for v in ("block", "token") for n in (2, 3)}
+    for row in data["rows"].values():
+        p = row["p_accepted_at_least"]
+        assert len(p) == 2 == len(row["standard_errors"]) and row["cycles"] > 0
+        assert 1 >= p[0] >= p[1] >= 0

@@ -567,6 +567,27 @@ def test_a_slower_accept_shows_in_the_loop_time():
     assert not 4.0 < wrong < 20.0
 
 
+def test_vanilla_is_timed_only_where_the_step_is_not_known(monkeypatch):
+    """A first sizing times a vanilla step after each calibration prompt; a second one given
+    the costs (the other tree at T > 0) takes the step from them and decodes no vanilla."""
+    calls = []
+    real = sizing._vanilla_ms
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sizing, "_vanilla_ms", counted)
+    kwargs = dict(candidate_top_k=(1,), max_depth=MEASURE_DEPTH, sizes=MEASURE_SIZES, new_tokens=8)
+    first = sizing.measure_sizing(TARGET, CONFIG, HEAD, HEAD_CFG, None, MEASURE_PROMPTS,
+                                  SamplingParams(), **kwargs)  # fmt: skip
+    assert len(calls) == len(MEASURE_PROMPTS)
+    costs = (first["verify_ms"], first["step_ms"])
+    second = sizing.measure_sizing(TARGET, CONFIG, HEAD, HEAD_CFG, None, MEASURE_PROMPTS,
+                                   SamplingParams(), costs=costs, **kwargs)  # fmt: skip
+    assert len(calls) == len(MEASURE_PROMPTS) and second["step_ms"] == first["step_ms"]
+
+
 def test_an_eagle1_chain_is_timed_on_its_own_drafter():
     """With chain_drafter (EAGLE-1's `--tree auto`), the chain's drafts are timed on that
     drafter: draft_ms[1, d] runs from its 2-draft time to its (max_depth + 1)-draft time, and
