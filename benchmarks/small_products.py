@@ -1,5 +1,6 @@
-"""The cost of verifying N tokens on the fast path, with `inference.linear` as it is and as it was
-before the small-product rules (every large weight as one `x @ W`), alternated in one process.
+"""The cost of verifying N tokens on the fast path, with `inference.layout` and `inference.linear`
+as they are and as they were before (every weight a contiguous [in, out]; a large one applied to
+2-3 rows one row at a time and to 5-15 rows padded to a multiple of 4), alternated in one process.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/small_products.py \\
         --out docs/results/small-products-smollm2.json
@@ -27,13 +28,25 @@ from minieagle.bench import machine_info
 from minieagle.checkpoint import load_checkpoint
 from minieagle.kvcache import KVCache
 
-SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 26)
+SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 26, 32, 64)
 PROMPT = "Explain what this Python code does, then continue it:\n\ndef read_config(path):\n"
 
 
-def before(x, weight):
-    """`inference.linear` before the small-product rules."""
-    if x.shape[0] < 8 or weight.shape[0] * weight.shape[1] > inference.SMALL_WEIGHT:
+def before_layout(weight):
+    """`inference.layout` before the blocks: every weight transposed to a contiguous [in, out]."""
+    return np.ascontiguousarray(weight.T)
+
+
+def before_linear(x, weight):
+    """`inference.linear` before the blocks, on an [in, out] weight."""
+    rows = x.shape[0]
+    large = weight.shape[0] * weight.shape[1] > inference.SMALL_WEIGHT
+    if large and 1 < rows <= 3:
+        return np.stack([x[i] @ weight for i in range(rows)])
+    if large and 3 < rows < 16 and rows % 4:
+        padding = np.zeros((4 - rows % 4, x.shape[1]), dtype=x.dtype)
+        return (np.concatenate([x, padding]) @ weight)[:rows]
+    if rows < 8 or large:
         return x @ weight
     return (weight.T @ x.T).T
 
@@ -49,17 +62,27 @@ def main(argv=None) -> int:
 
         args.model = str(ensure_smollm2())
     params, config, tokenizer = load_checkpoint(args.model, dtype=np.float32)
-    target = inference.prepare(params, config)
+    layout, linear = inference.layout, inference.linear
+    inference.layout = before_layout
+    try:
+        targets = {"before": inference.prepare(params, config)}
+    finally:
+        inference.layout = layout
+    targets["after"] = inference.prepare(params, config)
+    rules = {"before": before_linear, "after": linear}
     prompt = tokenizer.encode(PROMPT, add_bos=True)
-    cache = KVCache.for_model(config, target.params, capacity=len(prompt) + max(SIZES))
-    target.forward(np.asarray(prompt), cache=cache)
-    cached = cache.length
-    rules = {"before": before, "after": inference.linear}
+    caches = {}
+    for name, target in targets.items():
+        inference.linear = rules[name]
+        caches[name] = KVCache.for_model(config, params, capacity=len(prompt) + max(SIZES))
+        target.forward(np.asarray(prompt), cache=caches[name])
+    inference.linear = linear
+    cached = len(prompt)
     times = {(name, n): [] for name in rules for n in SIZES}
     try:
         for _ in range(args.repeats):
-            for name, linear in rules.items():
-                inference.linear = linear
+            for name, target in targets.items():
+                inference.linear, cache = rules[name], caches[name]
                 for n in SIZES:
                     chain = trees.Tree.chain(prompt[-1], [int(t) for t in np.resize(prompt, n - 1)])
                     positions = trees.position_ids(chain, cached)
@@ -72,7 +95,7 @@ def main(argv=None) -> int:
                     times[name, n].append(1e3 * (time.perf_counter() - start))
                     cache.crop(cached)
     finally:
-        inference.linear = rules["after"]
+        inference.linear = linear
     results = {"model": args.model, "machine": machine_info(), "repeats": args.repeats}
     for name in rules:
         one = statistics.median(times[name, 1])
@@ -82,6 +105,12 @@ def main(argv=None) -> int:
         }
         ratios = " ".join(f"{n}: {results[name]['relative_to_one'][str(n)]:.2f}" for n in SIZES)
         print(f"{name:6} N = 1: {one:.1f} ms; N / 1: {ratios}")
+    after_over_before = {
+        str(n): statistics.median(times["after", n]) / statistics.median(times["before", n])
+        for n in SIZES
+    }
+    results["after_over_before"] = after_over_before
+    print("after / before, ms: " + " ".join(f"{n}: {r:.2f}" for n, r in after_over_before.items()))
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
         print(f"results written to {args.out}")

@@ -5,8 +5,9 @@
 what students step through and what training runs. Decoding runs the same mathematics here, on an
 inference-prepared view derived from those parameters once (`prepare`):
 
-- every weight transposed to a contiguous `[in, out]` array: OpenBLAS takes a much slower path
-  for `x @ W.T` with 2–26 rows (the rows of a draft tree) than for a contiguous `x @ W`;
+- every small weight transposed to a contiguous `[in, out]` array (OpenBLAS takes a much slower
+  path for `x @ W.T` with 2–26 rows, the rows of a draft tree, than for a contiguous `x @ W`),
+  every large one kept as its `[out, in]` rows in cache-sized blocks (`layout`, `linear`);
 - q, k, v fused into one `[d, (H + 2 Hkv) hd]` matmul, gate and up into one `[d, 2 I]`;
 - RoPE's cos/sin tables computed once for every position (`model.placement` recomputes them per
   call), RMSNorm by one reduction instead of `mean`, the attention mask as an additive 0/-inf
@@ -33,9 +34,9 @@ from minieagle.errors import InvalidInputError
 
 @dataclass(frozen=True)
 class PreparedLayer:
-    """One decoder layer's weights for inference. input_norm [d] (None: the layer attends over
-    its input unnormed, as EAGLE-1's draft layer); qkv [d_in, (H + 2 Hkv) hd]; o [H hd, d];
-    post_norm [d]; gate_up [d, 2 I]; down [I, d]."""
+    """One decoder layer's weights for inference, each in `layout`. input_norm [d] (None: the
+    layer attends over its input unnormed, as EAGLE-1's draft layer); qkv d_in -> (H + 2 Hkv) hd;
+    o H hd -> d; post_norm [d]; gate_up d -> 2 I (gate, then up); down I -> d."""
 
     input_norm: object
     qkv: object
@@ -49,53 +50,87 @@ def prepare_layer(params: dict, prefix: str) -> PreparedLayer:
     """The inference view of the decoder layer named `prefix` in `params` (HF names)."""
     xp = array_module(params[prefix + "self_attn.q_proj.weight"])
     attn, mlp = prefix + "self_attn.", prefix + "mlp."
-    qkv = xp.concat([params[attn + name + ".weight"].T for name in ("q_proj", "k_proj", "v_proj")],
-                    axis=1)  # fmt: skip  # 3 x [out, d_in] -> [d_in, (H + 2 Hkv) hd]
-    gate_up = xp.concat(
-        [params[mlp + "gate_proj.weight"].T, params[mlp + "up_proj.weight"].T], axis=1
-    )  # [d, 2 I]
+    qkv = xp.concat([params[attn + name + ".weight"] for name in ("q_proj", "k_proj", "v_proj")],
+                    axis=0)  # fmt: skip  # 3 x [out, d_in] -> [(H + 2 Hkv) hd, d_in]
+    gate_up = xp.concat([params[mlp + "gate_proj.weight"], params[mlp + "up_proj.weight"]],
+                        axis=0)  # fmt: skip  # [2 I, d]
     return PreparedLayer(
         input_norm=params.get(prefix + "input_layernorm.weight"),
-        qkv=qkv,
-        o=contiguous(params[attn + "o_proj.weight"].T),  # [H hd, d]
+        qkv=layout(qkv),
+        o=layout(params[attn + "o_proj.weight"]),
         post_norm=params[prefix + "post_attention_layernorm.weight"],
-        gate_up=gate_up,
-        down=contiguous(params[mlp + "down_proj.weight"].T),  # [I, d]
+        gate_up=layout(gate_up),
+        down=layout(params[mlp + "down_proj.weight"]),
     )
 
 
-ROWS_FOR_TRANSPOSED_PRODUCT = 8
-SMALL_WEIGHT = 1 << 17  # entries (512 KB in float32)
-ROWS_ONE_BY_ONE = 3  # a large weight meets at most this many rows one vector at a time
-ROWS_PADDED_BELOW = 16  # fewer rows than this, not a multiple of 4: padded to one
+SMALL_WEIGHT = 1 << 17  # entries (512 KB in float32): more is a large weight
+BLOCK = 1 << 17  # entries in one block of a large weight's rows (512 KB in float32)
+MIN_BLOCK_ROWS = 16  # a large weight whose out has no divisor from here to BLOCK / in: one block
+ROWS_BY_BLOCKS = 8  # a large weight meets at most this many rows block by block
+ROWS_PADDED_BELOW = 16  # more rows than ROWS_BY_BLOCKS and fewer than this: padded to 4 k
+ROWS_FOR_TRANSPOSED_PRODUCT = 8  # from here, a small weight is applied as (weight.T @ x.T).T
+
+
+def layout(weight):
+    """The fast path's layout of a weight given as its HF rows [out, in] (`linear` reads both):
+
+    - a small weight (at most SMALL_WEIGHT entries: the shipped tiny target's) transposed to a
+      contiguous [in, out], for `x @ weight`;
+    - a large one (SmolLM2's) kept as its rows, in blocks [nb, c, in] of c rows each, c the
+      largest divisor of out with c * in <= BLOCK entries (half of the reference CPU's 1 MB
+      L2), or all out rows in one block when that divisor is under MIN_BLOCK_ROWS. A
+      contiguous weight is not copied: its blocks are a view of it.
+
+    Why the blocks: docs/speed.md, "Small products"."""
+    out, d_in = weight.shape
+    if out * d_in <= SMALL_WEIGHT:
+        return contiguous(weight.T)
+    c = next((c for c in range(min(out, BLOCK // d_in), 0, -1) if out % c == 0), 1)
+    if c < MIN_BLOCK_ROWS:
+        c = out
+    return ops(weight).reshape(contiguous(weight), (out // c, c, d_in))
+
+
+def dense(weight):
+    """A weight in either `layout` as an [in, out] matrix (a view for the blocks)."""
+    if weight.ndim == 2:
+        return weight
+    nb, c, d_in = weight.shape
+    return ops(weight).reshape(weight, (nb * c, d_in)).T
 
 
 def linear(x, weight):
-    """x [T, in] @ weight [in, out] -> [T, out], each row the same product; how it is called
-    is chosen for OpenBLAS on the reference CPU (docs/speed.md, "Small products"):
+    """x [T, in] @ weight -> [T, out], the weight in `layout`, each row the same product; how it
+    is called is chosen for OpenBLAS on the reference CPU (docs/speed.md, "Small products"):
 
-    - a large weight (more than SMALL_WEIGHT entries: SmolLM2's) and 2-3 rows: one
-      vector-matrix product per row. OpenBLAS's matrix product costs 2.2-3 times its
-      vector-matrix product for 2-3 rows, while the second and third reads of the weight come
-      from the cache: a 2-token forward of SmolLM2 fell from 2.19 to 1.62 times a 1-token one;
-    - a large weight and 5-15 rows, not a multiple of 4: zero rows added up to one, as its
-      kernels for 4 and 8 rows measured faster than those for 3, 5, 6 and 7 (a 6-token
-      forward 2.65 -> 2.36 times a 1-token one);
-    - from 8 rows on, a small weight (the shipped tiny target's) as (weight.T @ x.T).T (views,
-      no copy): 8-15 % faster for the tiny target's 16- to 64-token forwards, while for
-      SmolLM2's weights it made a 64-token forward 1.5 times slower.
+    - a large weight's blocks [nb, c, in] and one row: one matrix-vector product over all its
+      rows, which streams the weight at memory speed;
+    - a large weight and 2 to ROWS_BY_BLOCKS rows: block by block, the block's rows times each
+      row of x, all in one batched matmul: each block is read from memory once and from the L2
+      cache for the other rows. OpenBLAS's general product for a few rows costs 2-3 times its
+      one-row product (it first copies the weight into its own layout);
+    - a large weight and more rows: x @ rows.T, the general product, with zero rows added up to
+      a multiple of 4 below ROWS_PADDED_BELOW rows (its kernels work in blocks of 4 rows);
+    - a small weight: x @ weight, and from ROWS_FOR_TRANSPOSED_PRODUCT rows (weight.T @ x.T).T
+      (views, no copy), 8-15 % faster for the tiny target's 16- to 64-token forwards.
 
     The values are the same products, summed in another order."""
     rows = x.shape[0]
-    large = weight.shape[0] * weight.shape[1] > SMALL_WEIGHT
-    if large and 1 < rows <= ROWS_ONE_BY_ONE:
-        return array_module(x).stack([x[i, ...] @ weight for i in range(rows)])
-    if large and ROWS_ONE_BY_ONE < rows < ROWS_PADDED_BELOW and rows % 4:
-        padding = zeros((4 - rows % 4, x.shape[1]), like=x)
-        return (array_module(x).concat([x, padding], axis=0) @ weight)[:rows, ...]
-    if rows < ROWS_FOR_TRANSPOSED_PRODUCT or large:
-        return x @ weight
-    return (weight.T @ x.T).T
+    if weight.ndim == 2:
+        return x @ weight if rows < ROWS_FOR_TRANSPOSED_PRODUCT else (weight.T @ x.T).T
+    o = ops(x)
+    nb, c, d_in = weight.shape
+    if rows == 1:
+        return o.reshape(o.reshape(weight, (nb * c, d_in)) @ x[0, ...], (1, nb * c))
+    if rows <= ROWS_BY_BLOCKS:
+        y = weight[:, None, ...] @ x[None, :, :, None]  # [nb, 1, c, in] @ [1, R, in, 1]
+        return o.reshape(o.permute_dims(o.reshape(y, (nb, rows, c)), (1, 0, 2)), (rows, nb * c))
+    matrix = o.reshape(weight, (nb * c, d_in))  # [out, in]
+    if rows < ROWS_PADDED_BELOW and rows % 4:
+        padding = zeros((4 - rows % 4, d_in), like=x)
+        return (o.xp.concat([x, padding], axis=0) @ matrix.T)[:rows, ...]
+    return x @ matrix.T
 
 
 class RopeTable:
@@ -273,7 +308,7 @@ class PreparedTarget:
             prepare_layer(params, model.layer_prefix(i)) for i in range(config.num_hidden_layers)
         ]
         self.norm = params["model.norm.weight"]
-        self.lm_head = contiguous(model.lm_head_weight(params).T)  # [d, V]
+        self.lm_head = layout(model.lm_head_weight(params))  # [V, d] rows -> `layout`
         self.rope = RopeTable(config, embed)
 
     def forward(self, input_ids, *, position_ids=None, attention_mask=None, cache,
@@ -364,7 +399,7 @@ class PreparedTarget:
 
 
 class LazyLogits:
-    """Logits [T, V] = final [T, d] @ lm_head [d, V], one row computed when it is first read
+    """Logits [T, V] = linear(final [T, d], lm_head), one row computed when it is first read
     (`logits[i]` -> [V]); `len` is T. The LM head over a 26-node tree is a [26, d] x [d, V]
     product, while verification reads the rows of the accepted path only."""
 
@@ -376,13 +411,13 @@ class LazyLogits:
 
     def __getitem__(self, i: int):
         if i not in self.rows:
-            self.rows[i] = (self.final[i : i + 1, :] @ self.lm_head)[0, ...]  # [V]
+            self.rows[i] = linear(self.final[i : i + 1, :], self.lm_head)[0, ...]  # [V]
         return self.rows[i]
 
 
 @dataclass(frozen=True)
 class TargetView:
-    """What a draft head reads of its target: the parameters and the LM head `[d, V]` laid out
+    """What a draft head reads of its target: the parameters and the LM head (d -> V) laid out
     for the fast path. `head_view` gives a `PreparedTarget` unchanged (it has both) and
     otherwise copies only the LM head, not the whole target."""
 
@@ -392,10 +427,10 @@ class TargetView:
 
 def head_view(target, config: LlamaConfig):
     """The target as a head needs it: a `PreparedTarget` as it is, or a `TargetView` of
-    parameters (their LM head transposed once)."""
+    parameters (their LM head in `layout`)."""
     if isinstance(target, PreparedTarget | TargetView):
         return target
-    return TargetView(target, contiguous(model.lm_head_weight(target).T))
+    return TargetView(target, layout(model.lm_head_weight(target)))
 
 
 def prepare(params, config: LlamaConfig) -> PreparedTarget:
@@ -418,14 +453,14 @@ def prepare(params, config: LlamaConfig) -> PreparedTarget:
 class PreparedEagle1Head:
     """EAGLE-1's head (`heads.eagle1.head_forward`) on prepared weights: fc over
     [Embed(x_{t+1}), f_t], the one decoder layer, the target's LM head. lm_head: the target's
-    prepared `[d, V]` head (`PreparedTarget.lm_head`), shared rather than copied again."""
+    prepared head (`PreparedTarget.lm_head`, in `layout`), shared rather than copied again."""
 
     def __init__(self, head: dict, cfg, target_params: dict, lm_head):
         from minieagle.heads.eagle1 import LAYER_PREFIX
 
         self.cfg, self.lm_head = cfg, lm_head
         self.embed = target_params["model.embed_tokens.weight"]
-        self.fc = contiguous(head["fc.weight"].T)  # [fc_in, d]
+        self.fc = layout(head["fc.weight"])  # [d, fc_in] rows -> `layout`
         self.fc_bias = head["fc.bias"] if cfg.fc_bias else None
         self.layer = prepare_layer(head, LAYER_PREFIX)
         self.rope = RopeTable(cfg.layer, self.fc)
@@ -464,11 +499,11 @@ class PreparedEagle3Head:
 
         self.cfg = cfg
         self.embed = target_params["model.embed_tokens.weight"]
-        self.fc = contiguous(head["fc.weight"].T)  # [k d, d]
+        self.fc = layout(head["fc.weight"])  # [d, k d] rows -> `layout`
         self.layer = prepare_layer(head, PREFIX)
         self.hidden_norm = head[PREFIX + "hidden_norm.weight"]
         self.norm = head["norm.weight"]
-        self.lm_head = contiguous(head["lm_head.weight"].T)  # [d, N]
+        self.lm_head = layout(head["lm_head.weight"])  # [N, d] rows -> `layout`
         self.rope = RopeTable(cfg.layer, self.fc)
 
     def forward(self, tokens, features, cache, *, target_features: bool, position_ids=None,

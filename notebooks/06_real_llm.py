@@ -633,6 +633,9 @@ curves = {  # label -> {N: cost(N) / cost(1)}
 SMOLLM2_SMALL = "SmolLM2-135M, CPU, small products"
 small_products = json.loads((results_dir / "small-products-smollm2.json").read_text())
 curves[SMOLLM2_SMALL] = small_products["after"]["relative_to_one"]  # docs/speed.md
+SMOLLM2_BLOCKS = "SmolLM2-135M, CPU, blocks of rows"
+blocks_file = json.loads((results_dir / "small-products-blocks-smollm2.json").read_text())
+curves[SMOLLM2_BLOCKS] = blocks_file["after"]["relative_to_one"]  # what the fast path runs now
 gpu_file = results_dir / "gpu" / "gpu-cost.json"
 if gpu_file.is_file():
     curves[TINY_H200] = json.loads(gpu_file.read_text())["verify"]["relative_to_one"]
@@ -645,7 +648,7 @@ for label, curve in curves.items():
     print(f"{label:30}", "  ".join(f"N={n}: {r:.2f}" for n, r in sorted(curve.items())))
 
 plt.figure(figsize=(8, 4.2))
-for (label, curve), marker in zip(curves.items(), "os^D", strict=False):
+for (label, curve), marker in zip(curves.items(), "os^vD", strict=False):
     sizes = sorted(curve)
     plt.plot(sizes, [curve[n] for n in sizes], marker=marker, label=label)
 plt.xscale("log", base=2)
@@ -660,7 +663,9 @@ plt.tight_layout()
 plt.show()
 
 smollm2, tiny, small = curves[SMOLLM2_CPU], curves[TINY_CPU], curves[SMOLLM2_SMALL]
+blocks = curves[SMOLLM2_BLOCKS]
 assert small[2] < smollm2[2] - 0.3 and small[3] < 2.2  # 2-3 tokens: row by row
+assert blocks[2] < small[2] and blocks[4] < small[4] and blocks[4] < 1.8  # blocks of rows
 assert 2.0 < smollm2[2] < 2.5 and 2.0 < smollm2[4] < 2.5  # 2 and 4 tokens: both about 2.2x
 assert 1.7 < smollm2[64] / smollm2[32] < 2.3 and 11 < smollm2[64] < 12.5  # ∝ N from 32 on
 assert smollm2[16] > tiny[16] and smollm2[64] > tiny[48]  # steeper than the tiny target's
@@ -679,10 +684,13 @@ assert 0.19 < lm_head_share < 0.23  # about a fifth
 # %% [markdown]
 # On this CPU, SmolLM2's curve is steep: verifying 2 or 4 tokens already costs about 2.2 decoding
 # steps, and from 32 tokens on the cost grows about in proportion to N (64 tokens: about 12
-# steps). The third curve is the same forward since `inference.linear` applies SmolLM2's weights
-# to 2-3 rows one row at a time and pads 5-15 rows to a multiple of 4, where OpenBLAS's general
+# steps). The third curve is the same forward once `inference.linear` applied SmolLM2's weights
+# to 2-3 rows one row at a time and padded 5-15 rows to a multiple of 4, where OpenBLAS's general
 # product is slowest (docs/speed.md, "Small products"; measured with one LM-head row read, as
 # verification reads them): 2 tokens cost about 1.6 steps, 3 about 1.8, 4-8 still about 2-2.4.
+# The fourth is what the fast path runs now: each large weight kept as its rows in blocks that
+# fit the L2 cache, and 2-8 tokens applied block by block, so each block comes from memory once:
+# 2 tokens about 1.3 steps, 4 about 1.7, 8 about 2.4.
 # Either way it is steeper than the tiny target's, whose single-token forward is mostly fixed
 # per-call overhead (docs/benchmarks.md, "Why the speedups are small on this CPU"). So here a
 # 26-node tree would need τ of about 5 before counting its drafting, and the drafting is not
@@ -690,7 +698,9 @@ assert 0.19 < lm_head_share < 0.23  # about a fifth
 # as a fifth of the target's weights. The cycle in section 4 printed its drafting and
 # verification times (its drafting also includes the first catch-up over the whole context).
 # Short chains are the trees that can pay on this machine, and only with a head whose τ clears
-# the chain's cost plus its drafting: about 1.6 for one draft, 1.8 for two, 2 for three.
+# the chain's cost plus its drafting: about 1.6 for one draft, 1.8 for two, 2 for three with the
+# third curve; with the fourth about 1.3, 1.4 and 1.7 before the drafting and the LM-head rows the
+# verifier reads (one 49 152-row product for each token it reads, about 0.2 steps each).
 #
 # On a GPU the balance is the other way: the H200 curve of the tiny target is flat (every N
 # costs about one launch-bound forward), and for a large model decoding is memory-bound, so a

@@ -408,28 +408,47 @@ def test_each_check_catches_a_broken_fast_path(monkeypatch, checker, breakage):
 
 
 @pytest.mark.parametrize("strict", [False, True])
-def test_linear_is_the_product_for_every_row_count_and_weight_size(strict):
-    """`linear` calls the product per row, padded or transposed by the row count and the weight's
-    size (its docstring); every way gives x @ weight, on NumPy and the strict array lane."""
+def test_linear_is_the_product_for_every_row_count_and_weight_layout(strict):
+    """`layout` keeps a small weight as [in, out] and a large one as blocks of its [out, in] rows;
+    `linear` calls the product by the row count and the layout (its docstring); every way gives
+    x @ W.T of the HF weight W [out, in], on NumPy and the strict array lane."""
     rng = np.random.default_rng(3)
-    small = rng.standard_normal((16, 24))
-    large = rng.standard_normal((384, inference.SMALL_WEIGHT // 384 + 1))  # just large
-    for weight in (small, large):
+    d_in = 384
+    weights = {
+        "small": rng.standard_normal((24, 16)),
+        "large, blocks": rng.standard_normal((inference.SMALL_WEIGHT // d_in + 2, d_in)),
+        "large, one block (out prime)": rng.standard_normal((701, 576)),  # 701 is prime
+    }
+    for name, hf in weights.items():
+        laid = inference.layout(hf)
+        if name == "small":
+            assert laid.shape == (16, 24)
+        else:
+            nb, c, d = laid.shape
+            assert (nb * c, d) == hf.shape and (nb == 1) == ("one block" in name), laid.shape
+            assert nb == 1 or c * d <= inference.BLOCK
+            assert np.shares_memory(laid, hf)  # a view, not a copy
+        assert _error(inference.dense(laid), hf.T) == 0.0
         for rows in range(1, 20):
-            x = rng.standard_normal((rows, weight.shape[0]))
-            got = inference.linear(x, weight)
+            x = rng.standard_normal((rows, hf.shape[1]))
+            got = inference.linear(x, laid)
             if strict:
                 xp = pytest.importorskip("array_api_strict")
-                got = to_host(inference.linear(put(x, xp), put(weight, xp)))
-            assert got.shape == (rows, weight.shape[1])
-            assert _error(got, x @ weight) <= TOL, (weight.shape, rows)
+                got = to_host(inference.linear(put(x, xp), inference.layout(put(hf, xp))))
+            assert got.shape == (rows, hf.shape[0])
+            assert _error(got, x @ hf.T) <= TOL, (name, rows)
 
 
+@pytest.mark.parametrize("blocks", ["one block", "many blocks"])
 @pytest.mark.parametrize("checker", list(CHECKERS))
-def test_the_cycle_with_every_weight_counted_large(monkeypatch, checker):
-    """The control cycle once more with every weight taking the large weights' calls (SmolLM2's:
-    row by row, padded rows): the same outputs."""
+def test_the_cycle_with_every_weight_counted_large(monkeypatch, checker, blocks):
+    """The control cycle once more with every weight laid out and applied as a large one
+    (SmolLM2's: blocks of its rows; one block, or blocks of a few rows each): the same
+    outputs."""
     monkeypatch.setattr(inference, "SMALL_WEIGHT", 0)
+    if blocks == "many blocks":
+        monkeypatch.setattr(inference, "BLOCK", 64)
+        monkeypatch.setattr(inference, "MIN_BLOCK_ROWS", 1)
     errors = CHECKERS[checker]()
     assert max(errors.values()) <= TOL, errors
 

@@ -98,7 +98,7 @@ class MedusaDrafter:
             )
         check_head_fits("Medusa heads", "medusa", cfg, target_config, heads, head_param_shapes(cfg))
         view = inference.head_view(target_params, target_config)
-        self.lm_head = view.lm_head.T  # [V, d], a view of the prepared [d, V]: x @ W.T is fast
+        self.lm_head = inference.dense(view.lm_head).T  # [V, d], a view of the prepared head
         self.heads, self.cfg = heads, cfg
         self.paths = resolve_medusa_tree(tree, cfg.num_heads)
         depth = max(len(path) for path in self.paths)
