@@ -49,6 +49,11 @@ def methods(eagle1_head: str, eagle3_head: str) -> dict[str, list[str]]:
         "eagle2": ["--method", "eagle2", "--head", eagle1_head],
         "eagle1-auto": ["--method", "eagle1", "--head", eagle1_head, "--tree", "auto"],
         "pld": ["--method", "pld"],
+        # fixed chains of the EAGLE-3 head, not sized (run with --methods):
+        "eagle3-chain1": ["--method", "eagle3", "--head", eagle3_head, "--total-tokens", "2",
+                          "--depth", "1", "--tree-top-k", "1"],  # fmt: skip
+        "eagle3-chain2": ["--method", "eagle3", "--head", eagle3_head, "--total-tokens", "3",
+                          "--depth", "2", "--tree-top-k", "1"],  # fmt: skip
     }
 
 

@@ -33,16 +33,22 @@ def measure_verify_cost(
     sizes=(1, 4, 8, 16, 26, 48),
     repeats: int = 7,
     fast: bool = False,
+    lazy_logits: bool = False,
 ) -> dict:
     """Cost of one verification forward against the tree size: N chain tokens after a cached
     prompt (a chain has the same matmul shapes as any tree of N nodes), relative to N = 1; on
     the readable `model.forward`, or the fast path (`minieagle.inference`) with fast=True.
+    lazy_logits (fast path only): the forward's logits left lazy and no row of them read, as
+    verification's forward leaves them before its verdict reads the accepted path's rows.
 
     On a GPU LLM a decoding step is memory-bound and N tokens cost about as much as one; here the
     ratio shows how far that holds for a small model on a CPU."""
     if fast:
         target = inference.prepare(params, config)
-        params, run = target.params, target.forward
+        params = target.params
+
+        def run(ids, **kwargs):
+            return target.forward(ids, lazy_logits=lazy_logits, **kwargs)
     else:
         params = params.params if isinstance(params, inference.PreparedTarget) else params
 
@@ -65,7 +71,7 @@ def measure_verify_cost(
             synchronize(embed)
             start = time.perf_counter()
             logits, _ = run(tokens, position_ids=positions, attention_mask=mask, cache=cache)
-            synchronize(logits)  # a GPU returns before its kernels end
+            synchronize(embed if lazy_logits else logits)  # a GPU returns before its kernels end
             times[n].append(1e3 * (time.perf_counter() - start))
             cache.crop(cached)
     one = statistics.median(times[sizes[0]])

@@ -5,17 +5,22 @@ head.
 A speculative cycle drafts a tree, verifies it in one target forward and emits, on average,
 τ tokens. Its speed, relative to vanilla decoding (one forward of one token per token), is
 
-    speedup(k, d, N) = τ̂(k, d, N) * step / (verify(N) + loop + draft(k, d))
+    speedup(k, d, N) = τ̂ * step / (verify(N) + loop + row · τ̂ + draft(k, d)),  τ̂ = τ̂(k, d, N)
 
 - step: one vanilla decoding step (ms per token of `generate` without a drafter), timed
   after each calibration prompt below, so that it sees the machine as the cycles do;
-- verify(N): one target forward over N tree tokens, measured (the cost curve; on a CPU it
-  grows with N, on a GPU it is nearly flat, so the best N differs by machine, EAGLE-2 §5.3),
-  then scaled to the forwards the calibration runs ran (timed back to back, a forward finds
-  its weights in the cache, which between the drafter's work it does not);
-- loop: the speculative loop's own work per cycle (the verdict, cache surgery, the drafter's
-  accept), timed in the calibration runs as each cycle's wall time less its propose and its
-  forward (for EAGLE-1's chain, in that drafter's own cycles);
+- verify(N): one target forward over N tree tokens, its logits left lazy as verification
+  leaves them, measured (the cost curve; on a CPU it grows with N, on a GPU it is nearly flat,
+  so the best N differs by machine, EAGLE-2 §5.3), then scaled to the forwards the calibration
+  runs ran (timed back to back, a forward finds its weights in the cache, which between the
+  drafter's work it does not);
+- loop + row · τ̂: the speculative loop's own work per cycle (the verdict with the LM-head rows
+  it reads, cache surgery, the drafter's accept), timed in the calibration runs as each
+  cycle's wall time less its propose and its forward (for EAGLE-1's chain, in that drafter's
+  own cycles), and fitted as a fixed part plus a part per token the cycle keeps: the verdict
+  reads one LM-head row for every node on the accepted path (`fit_loop`; SmolLM2's 49,152-row
+  head makes a row about a fifth of a decoding step, so a deep tree's loop costs several
+  times a short chain's);
 - draft(k, d): drafting with top_k = k and depth = d (the catch-up forward, d expansion
   levels of k nodes each, tree building), timed at depth 1 and at the deepest depth, straight
   in between;
@@ -71,11 +76,12 @@ from minieagle.errors import InvalidInputError
 from minieagle.sampling import SamplingParams, setting_name
 from minieagle.tree import children, depths
 
-SIZING_VERSION = 14  # bump when the code's costs change: cached sizes are then measured again
+SIZING_VERSION = 15  # bump when the code's costs change: cached sizes are then measured again
 CANDIDATE_TOP_K = (1, 2, 4, 8)
 MAX_DEPTH = 7  # expansion steps of the calibration runs: trees up to 8 drafts deep
 TOTAL_TOKENS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 26, 32, 40, 48, 64)
 VERIFY_SIZES = (1, 2, 4, 8, 16, 32, 64)  # verify(N) measured here, interpolated in between
+CALIBRATION_NODES = 26  # the calibration runs' trees (a chain: depth + 1 nodes)
 SIZING_SECONDS = 30.0  # auto_size's time budget for measuring (docs/speed.md)
 MIN_CYCLES = 4  # drafting cycles a calibration run records, even past its time share
 SIZING_PROMPTS = 4  # calibration prompts per kind (prose, code): twice the records of 2
@@ -128,10 +134,13 @@ class Sizing:
 # ---------------------------------------------------------------------------- measurements
 
 
-def measure_verify_ms(target, config: LlamaConfig, prompt, sizes, *, repeats: int = 5) -> dict:
+def measure_verify_ms(target, config: LlamaConfig, prompt, sizes, *, repeats: int = 5,
+                      lazy_logits: bool = False) -> dict:  # fmt: skip
     """{N: median ms} of one fast-path verification forward over N tokens after `prompt`
-    (`costs.measure_verify_cost`, which the cost curves of the docs come from)."""
-    measured = measure_verify_cost(target, config, prompt, sizes=sizes, repeats=repeats, fast=True)
+    (`costs.measure_verify_cost`, which the cost curves of the docs come from); lazy_logits:
+    no LM-head row computed, as verification's forward leaves them."""
+    measured = measure_verify_cost(target, config, prompt, sizes=sizes, repeats=repeats, fast=True,
+                                   lazy_logits=lazy_logits)  # fmt: skip
     return {int(n): spread["median"] for n, spread in measured["ms"].items()}
 
 
@@ -181,6 +190,7 @@ class _Stopwatch:
         self.propose_ms: list[float] = []
         self.propose_starts: list[tuple[float, float]] = []  # (clock, forward ms so far)
         self.tree_sizes: list[int] = []  # nodes verified per cycle, root included
+        self.kept: list[int] = []  # tokens kept per cycle (the accepted path, root included)
 
     def begin(self, prompt_ids, features, sampling) -> None:
         self.inner.begin(prompt_ids, features, sampling)
@@ -205,19 +215,22 @@ class _Stopwatch:
             in zip(self.propose_starts, self.propose_starts[1:], self.tree_sizes, strict=False)
         ]  # fmt: skip
 
-    def loops(self) -> list[float]:
-        """The loop's own ms in every cycle but the last (the verdict, cache surgery, the
-        drafter's accept): the wall time from one propose to the next, less the propose and
-        the target's forward between them. Empty without a timed target."""
+    def loops(self) -> list[tuple[float, int]]:
+        """(ms, tokens kept) of the loop's own work in every cycle but the last (the verdict,
+        cache surgery, the drafter's accept): the wall time from one propose to the next, less
+        the propose and the target's forward between them, with the accepted path's length
+        (root included: the LM-head rows the verdict read). Empty without a timed target."""
         if self.timed_target is None:
             return []
         return [
-            1e3 * (after - start) - ms - (forwarded_after - forwarded)
-            for (start, forwarded), (after, forwarded_after), ms
-            in zip(self.propose_starts, self.propose_starts[1:], self.propose_ms, strict=False)
+            (1e3 * (after - start) - ms - (forwarded_after - forwarded), kept)
+            for (start, forwarded), (after, forwarded_after), ms, kept
+            in zip(self.propose_starts, self.propose_starts[1:], self.propose_ms, self.kept,
+                   strict=False)
         ]  # fmt: skip  (the starts shifted by one end a cycle early: the last has no end)
 
     def accept(self, tokens, features, next_token) -> None:
+        self.kept.append(len(tokens))
         self.inner.accept(tokens, features, next_token)
 
 
@@ -268,7 +281,7 @@ class _TimedDrafter(_Stopwatch):
                 on_path.add(node)
             self.path_records += [(float(v), i + 1 in on_path) for i, v in enumerate(values)]
             self.path_depths += depths(tree)[1:].tolist()
-        self.inner.accept(tokens, features, next_token)
+        super().accept(tokens, features, next_token)
 
 
 def calibration_run(
@@ -414,7 +427,7 @@ def tree_drafter(target, config, head, head_cfg, vocab, top_k: int, depth: int,
     `Calibration` for the sizing's setting, or None) as the sized drafter will."""
     from minieagle.drafters.eagle2 import Eagle2Drafter
 
-    total = max(top_k + 1, depth + 2, 26)
+    total = max(top_k + 1, depth + 2, CALIBRATION_NODES)
     return lambda: Eagle2Drafter(
         target, config, head, head_cfg, vocab, depth=depth, top_k=top_k, total_tokens=total,
         sampled_tree=sampled_tree, calibration=calibration,
@@ -479,11 +492,29 @@ def expected_accepted(pool: Pool, on_path, depth: int, drafts: int) -> float:
     return float(on_path(values).sum())
 
 
+def fit_loop(records) -> tuple[float, float]:
+    """(ms a cycle, ms per token kept) of the loop's own work from (ms, tokens kept) records,
+    one per cycle: the per-token part the least-squares slope (0 when the records keep one
+    length only, or when it comes out negative), the fixed part the median of what the slope
+    leaves (at least 0). The verdict reads an LM-head row for each token on the accepted path,
+    so the loop grows with τ; a single median charged a short chain the rows of the deep trees
+    the calibration decodes with."""
+    if not records:
+        return 0.0, 0.0
+    ms = np.array([m for m, _ in records], dtype=np.float64)
+    kept = np.array([k for _, k in records], dtype=np.float64)
+    spread = float(np.var(kept))
+    slope = float(np.mean((kept - kept.mean()) * (ms - ms.mean())) / spread) if spread else 0.0
+    slope = max(0.0, slope)
+    return max(0.0, float(np.median(ms - slope * kept))), slope
+
+
 def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *, step_ms: float,
-           top_k=None, depth=None, total_tokens=None):  # fmt: skip
+           loop_ms_per_token: float = 0.0, top_k=None, depth=None, total_tokens=None):  # fmt: skip
     """The (top_k, depth, total_tokens) of the highest predicted speedup τ̂ · step_ms /
-    (verify_ms[N] + loop_ms + draft_ms[k, d]). verify_ms {N: ms}; loop_ms: the loop's own work
-    per cycle; draft_ms {(k, d): ms}; tau {(k, d, N): τ̂}; step_ms: one vanilla decoding step;
+    (verify_ms[N] + loop_ms + loop_ms_per_token · τ̂ + draft_ms[k, d]). verify_ms {N: ms};
+    loop_ms, loop_ms_per_token: the loop's own work per cycle, fixed and per token kept
+    (`fit_loop`); draft_ms {(k, d): ms}; tau {(k, d, N): τ̂}; step_ms: one vanilla step;
     fixed top_k / depth / total_tokens restrict the search. Returns (k, d, N, τ̂, speedup).
     With nothing fixed, drafting nothing (k = d = 0, N = 1: vanilla decoding, speedup 1) is a
     candidate too, chosen when no tree is predicted to pay: sized automatically, a drafter is
@@ -494,7 +525,7 @@ def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *, step_m
         if any(want is not None and want != got
                for want, got in ((top_k, k), (depth, d), (total_tokens, n))):  # fmt: skip
             continue
-        speed = t * step_ms / (verify_ms[n] + loop_ms + draft_ms[k, d])
+        speed = t * step_ms / (verify_ms[n] + loop_ms + loop_ms_per_token * t + draft_ms[k, d])
         if best is None or speed > best[-1] + 1e-12:
             best = (k, d, n, t, speed)
     if best is None:
@@ -546,9 +577,15 @@ def measure_sizing(
     target = inference.prepare(target, config)
     sizes = sorted({1, *sizes})
     if costs is None:
-        measured_sizes = sorted({n for n in VERIFY_SIZES if n < sizes[-1]} | {sizes[-1]})
+        # with the calibration trees' own sizes, so that the curve is scaled to their
+        # forwards where it was measured, not interpolated (SmolLM2's 26 rows cost 9 % more
+        # than between 16 and 32)
+        calibrated = {CALIBRATION_NODES, max_depth + 1}
+        measured_sizes = sorted({n for n in (*VERIFY_SIZES, *calibrated) if n < sizes[-1]}
+                                | {sizes[-1]})  # fmt: skip
         verify = lower_envelope(
-            measure_verify_ms(target, config, prompts[0][1], measured_sizes, repeats=3)
+            measure_verify_ms(target, config, prompts[0][1], measured_sizes, repeats=3,
+                              lazy_logits=True)  # fmt: skip
         )
         verify_ms = {n: verify.get(n, _interpolate(verify, n)) for n in sizes}
         step_ms = None  # timed between the calibration runs' decodings, below
@@ -585,7 +622,7 @@ def measure_sizing(
             timed += loops
             forwards += chain_forwards
             vanilla += chain_vanilla
-    loop_ms = max(0.0, statistics.median(timed)) if timed else 0.0
+    loop_ms, row_ms = fit_loop(timed)
     if step_ms is None:  # one vanilla step, timed after every calibration prompt
         step_ms = statistics.median(vanilla)
     # The cost curve's shape, scaled to the forwards the loop ran: the curve times full
@@ -617,6 +654,7 @@ def measure_sizing(
         "verify_ms": verify_ms,
         "step_ms": step_ms,
         "loop_ms": loop_ms,
+        "loop_ms_per_token": row_ms,
         "draft_ms": draft_ms,
         "tau": tau,
         "calibration_records": sum(run.on_path.records for run in runs.values()),
@@ -633,17 +671,19 @@ def _interpolate(verify_ms: dict, n: int) -> float:
 def sizing_from(measured: dict, setting: str, **fixed) -> Sizing:
     """The `Sizing` the measurements pick (fixed: top_k / depth / total_tokens the user set)."""
     verify_ms, loop_ms, step_ms = measured["verify_ms"], measured["loop_ms"], measured["step_ms"]
+    row_ms = measured["loop_ms_per_token"]
     k, d, n, t, speed = choose(verify_ms, loop_ms, measured["draft_ms"], measured["tau"],
-                               step_ms=step_ms, **fixed)  # fmt: skip
+                               step_ms=step_ms, loop_ms_per_token=row_ms, **fixed)  # fmt: skip
     chain_tau = {
         key: v for key, v in measured["tau"].items() if key[0] == 1 and key[2] == key[1] + 2
     }
     ck, cd, _, ct, cs = choose(verify_ms, loop_ms, measured["draft_ms"], chain_tau,
-                               step_ms=step_ms)  # fmt: skip
+                               step_ms=step_ms, loop_ms_per_token=row_ms)  # fmt: skip
     costs = {
         "verify_ms": {str(n): v for n, v in verify_ms.items()},
         "step_ms": step_ms,
         "loop_ms": loop_ms,
+        "loop_ms_per_token": row_ms,
         "draft_ms": {f"{k},{d}": v for (k, d), v in measured["draft_ms"].items()},
     }
     chain = cd + 1 if ck else 0  # 0: no chain pays, draft nothing
@@ -901,6 +941,7 @@ def _measured_to_json(measured: dict, setting: str, calibration: str = "none") -
         "verify_ms": {str(n): v for n, v in measured["verify_ms"].items()},
         "step_ms": measured["step_ms"],
         "loop_ms": measured["loop_ms"],
+        "loop_ms_per_token": measured["loop_ms_per_token"],
         "draft_ms": {f"{k},{d}": v for (k, d), v in measured["draft_ms"].items()},
         "tau": {f"{k},{d},{n}": v for (k, d, n), v in measured["tau"].items()},
         "calibration_records": measured["calibration_records"],
@@ -950,8 +991,8 @@ def _measured_from_json(data: dict, setting: str, expected: dict, calibration: s
         raise ValueError(f"setting {data.get('setting')!r}, not {setting!r}")
     if data.get("calibration") != calibration:
         raise ValueError(f"calibration {data.get('calibration')!r}, not {calibration!r}")
-    fields = {"version", "setting", "calibration", "verify_ms", "step_ms", "loop_ms", "draft_ms",
-              "tau", "calibration_records", "cycles"}  # fmt: skip
+    fields = {"version", "setting", "calibration", "verify_ms", "step_ms", "loop_ms",
+              "loop_ms_per_token", "draft_ms", "tau", "calibration_records", "cycles"}  # fmt: skip
     if set(data) != fields:
         raise ValueError(f"keys {sorted(data)}, expected {sorted(fields)}")
 
@@ -962,6 +1003,7 @@ def _measured_from_json(data: dict, setting: str, expected: dict, calibration: s
         "verify_ms": {int(n): _ms(v, f"verify_ms[{n}]") for n, v in data["verify_ms"].items()},
         "step_ms": _ms(data["step_ms"], "step_ms"),
         "loop_ms": _ms(data["loop_ms"], "loop_ms", least=0.0),
+        "loop_ms_per_token": _ms(data["loop_ms_per_token"], "loop_ms_per_token", least=0.0),
         "draft_ms": {
             ints(key): _ms(v, f"draft_ms[{key}]", least=0.0) for key, v in data["draft_ms"].items()
         },

@@ -638,9 +638,10 @@ print(f"{len(kept)} prompts, {sum(len(r.tokens) for r in vanilla)} tokens, the s
 #
 # A cycle drafts with top_k k and depth d, verifies N tree tokens in one target forward and
 # emits τ̂ tokens on average; against vanilla decoding (one `step` a token, timed),
-# `speedup(k, d, N) = τ̂ · step / (verify(N) + loop + draft(k, d))` (`minieagle.sizing`).
-# verify(N) is the measured cost curve (scaled to the forwards the loop ran), loop the
-# speculative loop's own work per cycle (timed in the same runs), draft(k, d) the measured
+# `speedup(k, d, N) = τ̂ · step / (verify(N) + loop + row · τ̂ + draft(k, d))` (`minieagle.sizing`).
+# verify(N) is the measured cost curve (scaled to the forwards the loop ran), loop + row · τ̂ the
+# speculative loop's own work per cycle (timed in the same runs, fitted as a fixed part and a
+# part per token kept: the verdict reads one LM-head row for each), draft(k, d) the measured
 # drafting time; τ̂ is 1 + the expected accepted drafts of the tree EAGLE-2 would
 # build, each node counted with the calibrated chance (as in section 5, measured on training
 # prompts) that its whole path is accepted. More nodes raise τ̂ with diminishing returns. On a CPU
@@ -661,16 +662,19 @@ measured = sizing.measure_sizing(
 )  # fmt: skip
 auto = sizing.sizing_from(measured, "T=0")
 print(auto.describe())
-verify_ms, loop_ms, draft_ms, tau_hat, step = (
-    measured[key] for key in ("verify_ms", "loop_ms", "draft_ms", "tau", "step_ms")
+verify_ms, loop_ms, row_ms, draft_ms, tau_hat, step = (
+    measured[key]
+    for key in ("verify_ms", "loop_ms", "loop_ms_per_token", "draft_ms", "tau", "step_ms")
 )  # fmt: skip
 print(f"one vanilla step: {step:.2f} ms; verify(1) {verify_ms[1]:.2f} ms, the loop's own work "
-      f"{loop_ms:.2f} ms a cycle; {measured['calibration_records']} calibration records, "
+      f"{loop_ms:.2f} ms a cycle + {row_ms:.3f} ms a token kept; "
+      f"{measured['calibration_records']} calibration records, "
       f"{sum(measured['cycles'].values())} drafting cycles")  # fmt: skip
 
 
 def predicted(k, d, n):  # the model's speedup over vanilla of one measured configuration
-    return tau_hat[k, d, n] * step / (verify_ms[n] + loop_ms + draft_ms[k, d])
+    t = tau_hat[k, d, n]
+    return t * step / (verify_ms[n] + loop_ms + row_ms * t + draft_ms[k, d])
 
 
 ranking = sorted(tau_hat, key=lambda kdn: -predicted(*kdn))  # stable: ties as `choose` breaks them

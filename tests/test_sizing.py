@@ -75,11 +75,11 @@ TAU = {
 }  # fmt: skip
 
 
-def _speed(verify, loop, draft, k, d, n, t, step=STEP) -> float:
-    return t * step / (verify[n] + loop + draft[k, d])
+def _speed(verify, loop, draft, k, d, n, t, step=STEP, per_token=0.0) -> float:
+    return t * step / (verify[n] + loop + per_token * t + draft[k, d])
 
 
-def _check_choose(choose_fn, verify, loop, draft, tau, step=STEP, **fixed) -> None:
+def _check_choose(choose_fn, verify, loop, draft, tau, step=STEP, per_token=0.0, **fixed) -> None:
     """Assert that choose_fn(...) is a brute-force argmax of the predicted speedup over the
     candidates `fixed` allows (plus drafting nothing when nothing is fixed), or raises
     InvalidInputError when none is allowed."""
@@ -92,22 +92,24 @@ def _check_choose(choose_fn, verify, loop, draft, tau, step=STEP, **fixed) -> No
         )
     }
     free = all(value is None for value in fixed.values())
+    rows = {"loop_ms_per_token": per_token} if per_token else {}
     if not allowed and not free:
         with pytest.raises(InvalidInputError):
-            choose_fn(verify, loop, draft, tau, step_ms=step, **fixed)
+            choose_fn(verify, loop, draft, tau, step_ms=step, **rows, **fixed)
         return
-    best = max((_speed(verify, loop, draft, *key, t, step) for key, t in allowed.items()),
-               default=0.0)  # fmt: skip
+    best = max((_speed(verify, loop, draft, *key, t, step, per_token)
+                for key, t in allowed.items()), default=0.0)  # fmt: skip
     if free:
         best = max(best, 1.0)
-    k, d, n, t, speed = choose_fn(verify, loop, draft, tau, step_ms=step, **fixed)
+    k, d, n, t, speed = choose_fn(verify, loop, draft, tau, step_ms=step, **rows, **fixed)
     if (k, d, n) == (0, 0, 1):
         assert free, f"drafting nothing was chosen although {fixed} were fixed"
         assert (t, speed) == (1.0, 1.0)
     else:
         assert (k, d, n) in allowed, f"{(k, d, n)} is not a candidate allowed by {fixed}"
         assert t == allowed[k, d, n]
-        assert math.isclose(speed, _speed(verify, loop, draft, k, d, n, t, step), rel_tol=1e-12)
+        expected = _speed(verify, loop, draft, k, d, n, t, step, per_token)
+        assert math.isclose(speed, expected, rel_tol=1e-12)
     assert speed >= best - 1e-9, f"chose speedup {speed}, but {best} was possible"
 
 
@@ -170,6 +172,41 @@ def _choose_without_loop(verify_ms, loop_ms, draft_ms, tau, *, step_ms, **fixed)
 def _choose_step_from_the_curve(verify_ms, loop_ms, draft_ms, tau, *, step_ms, **fixed):
     """Planted bug (the model before 2026-12-02): a vanilla step taken as verify(1) + loop."""
     return choose(verify_ms, loop_ms, draft_ms, tau, step_ms=verify_ms[1] + loop_ms, **fixed)
+
+
+def _choose_loop_per_cycle_only(verify_ms, loop_ms, draft_ms, tau, *, step_ms,
+                                loop_ms_per_token=0.0, **fixed):  # fmt: skip
+    """Planted bug (the model before the per-token part): the rows the verdict reads left out."""
+    return choose(verify_ms, loop_ms, draft_ms, tau, step_ms=step_ms, **fixed)
+
+
+ROW = 0.2  # ms per token kept: (2, 2, 4) 3.6 / 3.3 = 1.09 stays best, (1, 2, 4) 3.12 / 3.02
+
+
+def test_choose_counts_the_loop_per_token_kept():
+    """With a per-token loop cost, the predicted speedup charges τ̂ rows to each tree: choose
+    is the brute-force argmax of τ̂ step / (verify + loop + row τ̂ + draft); leaving the rows
+    out (the loop as one constant) is caught by the same check."""
+    k, d, n, t, speed = choose(VERIFY, LOOP, DRAFT, TAU, step_ms=STEP, loop_ms_per_token=ROW)
+    assert (k, d, n) == (2, 2, 4) and math.isclose(speed, 3.0 * 1.2 / (2.7 + 0.6))
+    for fixed in ({}, {"top_k": 1}, {"depth": 1}, {"top_k": 2, "total_tokens": 8}):
+        _check_choose(choose, VERIFY, LOOP, DRAFT, TAU, per_token=ROW, **fixed)
+    with pytest.raises(AssertionError):
+        _check_choose(_choose_loop_per_cycle_only, VERIFY, LOOP, DRAFT, TAU, per_token=ROW)
+
+
+def test_fit_loop_recovers_a_planted_fixed_and_per_token_cost():
+    """fit_loop on (ms, tokens kept) records made as 0.7 + 4.5 k ms with noise gives about
+    (0.7, 4.5); one kept length only gives no slope (its median as the fixed part); a negative
+    slope is clipped to 0; no records give (0, 0)."""
+    rng = np.random.default_rng(0)
+    kept = rng.integers(1, 6, size=200)
+    records = [(0.7 + 4.5 * k + rng.normal(0, 0.3), int(k)) for k in kept]
+    fixed, per_token = sizing.fit_loop(records)
+    assert abs(fixed - 0.7) < 0.2 and abs(per_token - 4.5) < 0.1
+    assert sizing.fit_loop([(2.0, 3), (4.0, 3), (3.0, 3)]) == (3.0, 0.0)
+    assert sizing.fit_loop([(5.0, 1), (3.0, 2), (1.0, 3)])[1] == 0.0
+    assert sizing.fit_loop([]) == (0.0, 0.0)
 
 
 def _choose_ignoring_fixed(verify_ms, loop_ms, draft_ms, tau, *, step_ms, **fixed):
@@ -550,7 +587,9 @@ def test_the_stopwatch_times_the_loop_and_the_forward_without_changing_the_token
     assert len(timed.forwards()) == len(timed.loops()) == cycles - 1
     assert [n for _, n in timed.forwards()] == result.tree_sizes[:-1]
     assert all(ms > 0 for ms, _ in timed.forwards())
-    assert all(ms > -0.05 for ms in timed.loops())
+    assert all(ms > -0.05 for ms, _ in timed.loops())
+    # each cycle's tokens kept: the accepted path, root included
+    assert [kept for _, kept in timed.loops()] == [a + 1 for a in result.accepted_per_cycle[:-1]]
 
 
 def test_a_slower_accept_shows_in_the_loop_time():
@@ -559,7 +598,9 @@ def test_a_slower_accept_shows_in_the_loop_time():
     accept out, as a forward-only timer would, is caught by the same check."""
     _, fast = _timed_decoding()
     _, slow = _timed_decoding(slow_accept_ms=5.0)
-    gain = statistics.median(slow.loops()) - statistics.median(fast.loops())
+    gain = statistics.median(ms for ms, _ in slow.loops()) - statistics.median(
+        ms for ms, _ in fast.loops()
+    )
     assert 4.0 < gain < 20.0
     wrong = statistics.median(ms for ms, _ in slow.forwards()) - statistics.median(
         ms for ms, _ in fast.forwards()
@@ -669,7 +710,7 @@ def _check_sizing(s: Sizing, m, **fixed) -> None:
         assert math.isclose(
             s.expected_speedup,
             _speed(m["verify_ms"], m["loop_ms"], m["draft_ms"], *tree, s.expected_tau,
-                   m["step_ms"]),
+                   m["step_ms"], m["loop_ms_per_token"]),
         )
     else:
         assert (s.expected_tau, s.expected_speedup) == (1.0, 1.0)
@@ -699,6 +740,7 @@ def test_sizing_from_picks_a_measured_candidate(measured):
         "verify_ms": {n: 1.0 for n in measured["verify_ms"]},
         "step_ms": 1.0,
         "loop_ms": 0.0,
+        "loop_ms_per_token": 0.0,
     }
     s = sizing_from(cheap, "T=0")
     _check_sizing(s, cheap)
@@ -745,6 +787,7 @@ def _fake_measurements(calls, sampled_gain=1.0):
             "verify_ms": {n: 1.0 + 0.02 * n for n in sizes},
             "step_ms": 1.1,
             "loop_ms": 0.25,
+            "loop_ms_per_token": 0.01,
             "draft_ms": {(k, d): 0.05 * k * d for k in candidate_top_k for d in depths},
             "tau": {
                 (k, d, n): min(n, 1.0 + gain * (n - 1) * (1 - 0.5 ** min(d + 1, n - 1)) / (n + k))
