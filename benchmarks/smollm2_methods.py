@@ -117,6 +117,11 @@ def main(argv=None) -> int:
         methods["eagle3-60"] = lambda: build_drafter(  # the EAGLE-3 paper's tree
             "eagle3", target=target, head=eagle3, total_tokens=60, depth=7, top_k=10
         )
+        for drafts in (1, 3):  # the chains a CPU can afford (docs/real_models.md)
+            methods[f"eagle3-chain{drafts}"] = lambda drafts=drafts: build_drafter(
+                "eagle3", target=target, head=eagle3, total_tokens=drafts + 1, depth=drafts,
+                top_k=1,
+            )  # fmt: skip
     cli_heads = (("eagle1", args.eagle1_head, ["--tree", "auto"]), ("eagle2", args.eagle1_head, []),
                  ("eagle3", args.eagle3_head, []))  # fmt: skip
     for method, head, extra in cli_heads:
