@@ -16,6 +16,7 @@ from minieagle import inference, model
 from minieagle import tree as trees
 from minieagle.backend import synchronize, to_device
 from minieagle.config import LlamaConfig
+from minieagle.errors import InvalidInputError
 from minieagle.kvcache import KVCache
 
 
@@ -43,6 +44,11 @@ def measure_verify_cost(
 
     On a GPU LLM a decoding step is memory-bound and N tokens cost about as much as one; here the
     ratio shows how far that holds for a small model on a CPU."""
+    if lazy_logits and not fast:
+        raise InvalidInputError(
+            "lazy_logits=True needs fast=True: the readable model.forward computes every row; "
+            "pass fast=True, or leave lazy_logits False"
+        )
     if fast:
         target = inference.prepare(params, config)
         params = target.params

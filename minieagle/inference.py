@@ -126,11 +126,10 @@ def linear(x, weight):
     if rows <= ROWS_BY_BLOCKS:
         y = weight[:, None, ...] @ x[None, :, :, None]  # [nb, 1, c, in] @ [1, R, in, 1]
         return o.reshape(o.permute_dims(o.reshape(y, (nb, rows, c)), (1, 0, 2)), (rows, nb * c))
-    matrix = o.reshape(weight, (nb * c, d_in))  # [out, in]
     if rows < ROWS_PADDED_BELOW and rows % 4:
         padding = zeros((4 - rows % 4, d_in), like=x)
-        return (o.xp.concat([x, padding], axis=0) @ matrix.T)[:rows, ...]
-    return x @ matrix.T
+        return (o.xp.concat([x, padding], axis=0) @ dense(weight))[:rows, ...]
+    return x @ dense(weight)
 
 
 class RopeTable:

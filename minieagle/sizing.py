@@ -625,9 +625,9 @@ def measure_sizing(
     loop_ms, row_ms = fit_loop(timed)
     if step_ms is None:  # one vanilla step, timed after every calibration prompt
         step_ms = statistics.median(vanilla)
-    # The cost curve's shape, scaled to the forwards the loop ran: the curve times full
-    # logits for every row and one short context, the loop's forward computes the rows its
-    # verdict reads (lazily) at every context length of the runs.
+    # The cost curve's shape, scaled to the forwards the loop ran: the curve times forwards
+    # back to back after one short context, the loop's run between the drafter's work at
+    # every context length of the runs (both with lazy logits: the rows are in the loop).
     if forwards and costs is None:
         scale = statistics.median(ms / _interpolate(verify_ms, n) for ms, n in forwards)
         verify_ms = {n: ms * scale for n, ms in verify_ms.items()}

@@ -608,6 +608,28 @@ def test_a_slower_accept_shows_in_the_loop_time():
     assert not 4.0 < wrong < 20.0
 
 
+def test_the_sizing_curve_leaves_the_logits_lazy_and_the_readable_path_refuses_it(monkeypatch):
+    """measure_verify_ms(lazy_logits=True) times fast-path forwards asked for lazy logits (no
+    LM-head row computed, as in verification), every one of them; on the readable path, which
+    always computes every row, lazy_logits is refused."""
+    from minieagle import inference
+    from minieagle.costs import measure_verify_cost
+
+    asked, forward = [], inference.PreparedTarget.forward
+
+    def spy(self, *args, **kwargs):
+        asked.append(kwargs.get("lazy_logits", False))
+        return forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(inference.PreparedTarget, "forward", spy)
+    prompt = MEASURE_PROMPTS[0][1]
+    lazy = sizing.measure_verify_ms(TARGET, CONFIG, prompt, (1, 2), repeats=1, lazy_logits=True)
+    assert set(lazy) == {1, 2} and all(ms > 0 for ms in lazy.values())
+    assert asked and all(asked[1:])  # the prompt's prefill aside, every timed forward lazy
+    with pytest.raises(InvalidInputError, match="lazy_logits=True needs fast=True"):
+        measure_verify_cost(TARGET, CONFIG, prompt, sizes=(1,), repeats=1, lazy_logits=True)
+
+
 def test_vanilla_is_timed_only_where_the_step_is_not_known(monkeypatch):
     """A first sizing times a vanilla step after each calibration prompt; a second one given
     the costs (the other tree at T > 0) takes the step from them and decodes no vanilla."""
