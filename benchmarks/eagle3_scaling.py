@@ -140,6 +140,8 @@ def head_run(args, head: str, label: str, steps: int, reads: int | None = None, 
     """The training config of one head run in --out/label, reading the blocks it reaches: by
     its last step, or the first `reads` windows of the pool (read again in later passes)."""
     fields.setdefault("lm_head_init", "target" if head == "eagle3" else "random")
+    if head == "eagle3":
+        fields.setdefault("head_intermediate_size", args.head_intermediate_size)
     if reads is None:
         reads = (fields.get("until") or steps) * args.batch_size  # windows read by its last step
     return head_config(
@@ -317,6 +319,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--plot", help="write the plot here (default OUT/scaling.png)")
     parser.add_argument("--plot-only", action="store_true",
                         help="redraw --plot from the points in --json, train nothing")  # fmt: skip
+    parser.add_argument(
+        "--head-intermediate-size", type=int, default=0,
+        help="EAGLE-3 heads' MLP width (0: the target's; a wider head asks whether capacity, not "
+        "data, holds τ back; give it its own --out, --json and --plot)",
+    )  # fmt: skip
     budget_flags(parser)
     parser.set_defaults(repeats=1)  # τ, the measure here, is deterministic at T = 0
     args = parser.parse_args(argv)
@@ -363,8 +370,8 @@ def main(argv=None) -> dict:
 
     shared = ("model", "features", "planned", "blocks", "unit_tokens", "passes",
               "decay_fraction", "batch_size", "seq_len", "lr", "warmup_steps", "ttt_steps",
-              "seed", "depth", "top_k", "total_tokens", "prompts_per_kind", "new_tokens",
-              "repeats", "smoke")  # fmt: skip
+              "head_intermediate_size", "seed", "depth", "top_k", "total_tokens",
+              "prompts_per_kind", "new_tokens", "repeats", "smoke")  # fmt: skip
     settings = json.loads(json.dumps({name: getattr(args, name) for name in shared}))
 
     def on_point(point, record: dict) -> None:

@@ -89,6 +89,10 @@ class EagleTrainConfig:
     aux_layers: tuple[int, ...] = ()  # eagle3: 3 fused layers or 1 (e.g. (L,)); () = (2, L//2, L-3)
     draft_vocab_size: int = 0  # eagle3: 0 = the fewest tokens covering draft_vocab_coverage
     draft_vocab_coverage: float = 0.99  # eagle3: share of training tokens the vocabulary covers
+    # eagle3: the width of the head's MLP; 0 = the target's intermediate_size (the papers' head).
+    # A wider MLP is the one way to give the one-layer head more capacity that SGLang and vLLM
+    # still load (they read intermediate_size from the head's config.json)
+    head_intermediate_size: int = 0
     # eagle3: how the draft LM head and final norm start: "random" (as the official code) or
     # "target": the target's LM-head rows of the draft vocabulary and its final norm
     lm_head_init: str = "random"
@@ -152,6 +156,12 @@ class EagleTrainConfig:
         if self.draft_vocab_size < 0:
             raise InvalidInputError(
                 f"draft_vocab_size={self.draft_vocab_size} must be >= 0 (0 = by coverage)"
+            )
+        width = self.head_intermediate_size
+        if width < 0 or (width and self.head != "eagle3"):
+            raise InvalidInputError(
+                f"head_intermediate_size={self.head_intermediate_size} with head={self.head!r}: it "
+                "sets the MLP width of an EAGLE-3 head (0 = the target's); pass 0 or train eagle3"
             )
         if not 0 < self.draft_vocab_coverage <= 1:
             raise InvalidInputError(
@@ -477,6 +487,7 @@ class Eagle3Recipe:
         "aux_layers": "pass the same aux layers ({recorded}) to resume it",
         "draft_vocab_size": "pass --draft-vocab-size {recorded} to resume it",
         "draft_vocab_coverage": "pass the same coverage ({recorded}) to resume it",
+        "head_intermediate_size": "pass --head-intermediate-size {recorded} to resume it",
     }
 
     def __init__(self, cfg: EagleTrainConfig, target_params, target_config, train_streams):
@@ -486,9 +497,11 @@ class Eagle3Recipe:
             self.start, self.head_cfg, self.vocab = load_eagle3_head(
                 cfg.init_from, target_config=target_config, target_dir=cfg.target
             )
-            asked = {"draft_vocab_size": cfg.draft_vocab_size, "aux_layers": cfg.aux_layers}
+            asked = {"draft_vocab_size": cfg.draft_vocab_size, "aux_layers": cfg.aux_layers,
+                     "head_intermediate_size": cfg.head_intermediate_size}  # fmt: skip
             saved = {"draft_vocab_size": self.head_cfg.draft_vocab_size,
-                     "aux_layers": self.head_cfg.aux_layers}  # fmt: skip
+                     "aux_layers": self.head_cfg.aux_layers,
+                     "head_intermediate_size": self.head_cfg.layer.intermediate_size}  # fmt: skip
             for name, value in asked.items():
                 if value and value != saved[name]:
                     raise InvalidInputError(
@@ -511,7 +524,10 @@ class Eagle3Recipe:
             )
         self.vocab = eagle3.draft_vocab_from_counts(counts, size)
         self.head_cfg = eagle3.Eagle3Config.from_target(
-            target_config, aux_layers=cfg.aux_layers or None, draft_vocab_size=size
+            target_config,
+            aux_layers=cfg.aux_layers or None,
+            draft_vocab_size=size,
+            intermediate_size=cfg.head_intermediate_size or None,
         )
 
     def init_head(self, seed: int) -> dict:

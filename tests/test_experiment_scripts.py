@@ -206,6 +206,16 @@ def test_the_scaling_script_branches_each_point_off_one_run_and_plots(scripts, t
         scaling.main(argv)
         assert trained_calls["train"] == 16 and calls["bench"] == 20
         assert len(json.loads((tmp_path / "s.json").read_text())["points"]) == 8
+        # --head-intermediate-size: the same point with a wider EAGLE-3 head, in its own runs
+        wide = [*argv[:3], "--out", str(tmp_path / "wide"), "--json", str(tmp_path / "w.json"),
+                "--plot", str(tmp_path / "w.png"), "--points", "1", "--heads", "eagle3",
+                "--head-intermediate-size", "96"]  # fmt: skip
+        scaling.main(wide)
+        (point,) = json.loads((tmp_path / "w.json").read_text())["points"]
+        head = json.loads((Path(point["export_dir"]) / "config.json").read_text())
+        target = BENCHMARKS.parent / "minieagle" / "pretrained" / "small" / "config.json"
+        assert head["intermediate_size"] == 96
+        assert json.loads(target.read_text())["intermediate_size"] != 96
     finally:
         scaling.train_eagle_head = real_train
 

@@ -167,6 +167,11 @@ def test_resuming_another_head_is_refused(tmp_path, target_dir):
         ({"draft_vocab_coverage": 0.0}, r"draft_vocab_coverage=0.0 must be in \(0, 1\]"),
         ({"lm_head_init": "zeros"}, "lm_head_init='zeros' is not one of"),
         ({"head": "eagle1", "aux_layers": (), "lm_head_init": "target"}, "is for EAGLE-3 heads"),
+        ({"head_intermediate_size": -1}, "head_intermediate_size=-1 with head='eagle3'"),
+        (
+            {"head": "eagle1", "aux_layers": (), "head_intermediate_size": 64},
+            "sets the MLP width of an EAGLE-3 head",
+        ),
     ],
 )
 def test_bad_settings_are_refused(tmp_path, target_dir, changes, message):
@@ -229,6 +234,32 @@ def test_a_run_continues_a_trained_head_with_its_vocabulary(tmp_path, target_dir
                                  draft_vocab_size=100), progress=False)  # fmt: skip
     with pytest.raises(ValueError, match="both say how the LM head starts"):
         _config(target_dir, tmp_path, init_from=saved_log["export_dir"], lm_head_init="target")
+
+
+def test_a_wider_head_trains_saves_its_width_and_drafts(tmp_path, target_dir, capsys):
+    """head_intermediate_size: the head's MLP is that wide (not the target's), the exported
+    config.json says so (what SGLang and vLLM read), it loads and drafts exact greedy text, and
+    a run of the other width is neither resumed nor continued from it."""
+    _, target_config, _ = load_checkpoint(target_dir)
+    wide = 3 * target_config.intermediate_size
+    log = train_eagle_head(_config(target_dir, tmp_path / "wide", steps=3, save_every=1,
+                                   head_intermediate_size=wide), progress=False)  # fmt: skip
+    head, cfg, _ = load_eagle3_head(log["export_dir"], target_config=target_config)
+    assert cfg.layer.intermediate_size == wide
+    assert head["midlayer.mlp.down_proj.weight"].shape == (target_config.hidden_size, wide)
+    saved = json.loads((Path(log["export_dir"]) / "config.json").read_text())
+    assert saved["intermediate_size"] == wide
+    generate = ["generate", "def", "--model", str(target_dir), "--max-new-tokens", "8"]
+    capsys.readouterr()
+    assert main([*generate, "--method", "vanilla"]) == 0
+    vanilla = capsys.readouterr().out
+    assert main([*generate, "--method", "eagle3", "--head", log["export_dir"]]) == 0
+    assert capsys.readouterr().out == vanilla
+    with pytest.raises(ValueError, match=f"holds a run with head_intermediate_size={wide}"):
+        train_eagle_head(_config(target_dir, tmp_path / "wide", steps=4), progress=False)
+    with pytest.raises(ValueError, match=f"differs from the head in .*\\({wide}\\)"):
+        train_eagle_head(_config(target_dir, tmp_path / "c", init_from=log["export_dir"],
+                                 head_intermediate_size=wide + 1), progress=False)  # fmt: skip
 
 
 def test_bad_heads_are_refused_before_training(tmp_path, target_dir):

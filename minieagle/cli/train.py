@@ -45,6 +45,7 @@ _HEAD_FLAGS = {  # flag -> the head it shapes
     "noise": "eagle1",
     "ttt_steps": "eagle3",
     "draft_vocab_size": "eagle3",
+    "head_intermediate_size": "eagle3",
     "aux_layers": "eagle3",
     "lm_head_init": "eagle3",
     "medusa_heads": "medusa",
@@ -69,6 +70,7 @@ def _train_eagle_head(args) -> int:
     names += ("warmup_steps", "eval_every", "eval_batches", "save_every", "seed")
     names += ("export_dir", "export_dtype", "max_train_chars", "data", "generated_tokens")
     names += ("ttt_steps", "draft_vocab_size", "aux_layers", "lm_head_init")
+    names += ("head_intermediate_size",)
     names += ("chat_prompts", "prompt_tokens", "cache_features", "max_windows", "medusa_heads")
     names += ("features", "order", "decay_steps", "until", "init_from")
     fields = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
@@ -188,6 +190,13 @@ def add_parser(sub) -> None:
         type=integer(0, "a size such as 1024, or 0 to cover 99%% of the training tokens"),
         help="eagle3: draft vocabulary size (0 = the fewest frequent tokens covering 99%% of "
         "the training tokens; the target's vocabulary size = no reduction)",
+    )
+    p.add_argument(
+        "--head-intermediate-size",
+        dest="head_intermediate_size",
+        type=integer(0, "a width such as 1536, or 0 for the target's"),
+        help="eagle3: the width of the head's MLP (0 = the target's intermediate_size, the "
+        "papers' head; wider heads still load in SGLang and vLLM)",
     )
     p.add_argument(
         "--lm-head-init",

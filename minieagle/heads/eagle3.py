@@ -137,13 +137,22 @@ class Eagle3Config:
         *,
         aux_layers: tuple[int, ...] | None = None,
         draft_vocab_size: int | None = None,
+        intermediate_size: int | None = None,
     ) -> Eagle3Config:
         """The head for a target: same width, MLP, heads, vocabulary and RoPE, one layer; aux
-        layers (2, L//2, L-3) and the full vocabulary unless given."""
+        layers (2, L//2, L-3), the full vocabulary and the target's MLP width unless given."""
         L = target_config.num_hidden_layers
         aux = default_aux_layers(L) if aux_layers is None else _check_aux_layers(aux_layers, L)
+        layer = target_config.replace(num_hidden_layers=1)
+        if intermediate_size is not None:
+            if not isinstance(intermediate_size, int | np.integer) or intermediate_size < 1:
+                raise InvalidInputError(
+                    f"intermediate_size={intermediate_size!r} must be a positive integer, e.g. "
+                    f"{target_config.intermediate_size} (the target's MLP width)"
+                )
+            layer = layer.replace(intermediate_size=int(intermediate_size))
         return cls(
-            target_config.replace(num_hidden_layers=1),
+            layer,
             aux_layers=aux,
             draft_vocab_size=target_config.vocab_size
             if draft_vocab_size is None
