@@ -497,17 +497,26 @@ class Eagle3Recipe:
             self.start, self.head_cfg, self.vocab = load_eagle3_head(
                 cfg.init_from, target_config=target_config, target_dir=cfg.target
             )
-            asked = {"draft_vocab_size": cfg.draft_vocab_size, "aux_layers": cfg.aux_layers,
-                     "head_intermediate_size": cfg.head_intermediate_size}  # fmt: skip
+            asked = {"draft_vocab_size": cfg.draft_vocab_size, "aux_layers": cfg.aux_layers}
             saved = {"draft_vocab_size": self.head_cfg.draft_vocab_size,
-                     "aux_layers": self.head_cfg.aux_layers,
-                     "head_intermediate_size": self.head_cfg.layer.intermediate_size}  # fmt: skip
+                     "aux_layers": self.head_cfg.aux_layers}  # fmt: skip
             for name, value in asked.items():
                 if value and value != saved[name]:
                     raise InvalidInputError(
                         f"{name}={value} differs from the head in {cfg.init_from} "
                         f"({saved[name]}); drop {name} (the head brings its own)"
                     )
+            width = self.head_cfg.layer.intermediate_size
+            if cfg.head_intermediate_size and cfg.head_intermediate_size != width:
+                if cfg.head_intermediate_size < width:
+                    raise InvalidInputError(
+                        f"head_intermediate_size={cfg.head_intermediate_size} is narrower than "
+                        f"the head in {cfg.init_from} ({width}); a trained head can be "
+                        f"continued at its width or wider: drop it or pass at least {width}"
+                    )
+                self.start, self.head_cfg = eagle3.widen_mlp(  # the same function, more units
+                    self.start, self.head_cfg, cfg.head_intermediate_size, seed=cfg.seed
+                )
             return
         V = target_config.vocab_size
         if isinstance(train_streams, FeaturePool):  # recorded windows: count their tokens

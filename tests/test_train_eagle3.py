@@ -257,9 +257,34 @@ def test_a_wider_head_trains_saves_its_width_and_drafts(tmp_path, target_dir, ca
     assert capsys.readouterr().out == vanilla
     with pytest.raises(ValueError, match=f"holds a run with head_intermediate_size={wide}"):
         train_eagle_head(_config(target_dir, tmp_path / "wide", steps=4), progress=False)
-    with pytest.raises(ValueError, match=f"differs from the head in .*\\({wide}\\)"):
+    with pytest.raises(ValueError, match=f"narrower than the head in .*\\({wide}\\)"):
         train_eagle_head(_config(target_dir, tmp_path / "c", init_from=log["export_dir"],
-                                 head_intermediate_size=wide + 1), progress=False)  # fmt: skip
+                                 head_intermediate_size=wide - 1), progress=False)  # fmt: skip
+
+
+def test_a_trained_head_continues_wider_from_where_it_stopped(tmp_path, target_dir, reference):
+    """init_from with a larger head_intermediate_size: `widen_mlp` adds MLP units that start
+    silent (zero down_proj columns), so the widened head computes what the saved one did (its
+    first evaluation is the saved run's last, on the same windows) and then trains them."""
+    _, saved_log, _ = reference
+    saved, saved_cfg, _ = load_eagle3_head(saved_log["export_dir"])
+    width = 2 * saved_cfg.layer.intermediate_size
+    wide, wide_cfg = eagle3.widen_mlp(saved, saved_cfg, width, seed=1)
+    assert wide_cfg.layer.intermediate_size == width
+    down = wide["midlayer.mlp.down_proj.weight"]
+    assert np.all(down[:, saved_cfg.layer.intermediate_size :] == 0)
+    assert np.any(wide["midlayer.mlp.gate_proj.weight"][saved_cfg.layer.intermediate_size :])
+    cfg = _config(target_dir, tmp_path / "wider", init_from=saved_log["export_dir"], steps=2,
+                  eval_every=2, head_intermediate_size=width)  # fmt: skip
+    log = train_eagle_head(cfg, progress=False)
+    first, last_saved = log["evals"][0], saved_log["evals"][-1]
+    for key in ("val_loss_prose", "val_loss_code", "val_top1_2_code"):
+        assert first[key] == pytest.approx(last_saved[key], rel=1e-6)
+    trained, trained_cfg, _ = load_eagle3_head(log["export_dir"])
+    assert trained_cfg.layer.intermediate_size == width
+    assert np.any(trained["midlayer.mlp.down_proj.weight"][:, saved_cfg.layer.intermediate_size :])
+    with pytest.raises(ValueError, match="narrower than the head's"):
+        eagle3.widen_mlp(saved, saved_cfg, saved_cfg.layer.intermediate_size - 1)
 
 
 def test_bad_heads_are_refused_before_training(tmp_path, target_dir):

@@ -26,7 +26,7 @@ drafting position t + s from the real context <= t and its own chain (see `ttt_l
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -329,6 +329,32 @@ def init_head(cfg: Eagle3Config, seed: int = 0, dtype=np.float32) -> dict[str, n
         else:
             head[name] = (rng.standard_normal(shape) * std).astype(dtype)
     return head
+
+
+def widen_mlp(head: dict, cfg: Eagle3Config, intermediate_size: int, seed: int = 0):
+    """(head, cfg) with an MLP of intermediate_size units computing the same function: the old
+    units keep their weights; each new unit's gate and up rows start as `init_head` draws them
+    and its down_proj column at zero, so the unit adds nothing until training moves that column
+    (its gradient, silu(gate · x) * (up · x), is not zero). A trained head continued wider
+    starts where it stopped, not from scratch."""
+    old = cfg.layer.intermediate_size
+    if not isinstance(intermediate_size, int | np.integer) or intermediate_size < old:
+        raise InvalidInputError(
+            f"intermediate_size={intermediate_size!r} is narrower than the head's {old}; a head "
+            f"can only be widened (pass at least {old}, or train a fresh head)"
+        )
+    wide = replace(cfg, layer=cfg.layer.replace(intermediate_size=int(intermediate_size)))
+    fresh = init_head(wide, seed=seed)
+    xp = array_module(head["fc.weight"])
+    out = dict(head)
+    for name in ("mlp.gate_proj.weight", "mlp.up_proj.weight"):
+        w = head[PREFIX + name]
+        new_rows = xp.asarray(fresh[PREFIX + name][old:], dtype=w.dtype)
+        out[PREFIX + name] = xp.concatenate([w, new_rows], axis=0)
+    down = head[PREFIX + "mlp.down_proj.weight"]
+    zeros = xp.zeros((down.shape[0], intermediate_size - old), dtype=down.dtype)
+    out[PREFIX + "mlp.down_proj.weight"] = xp.concatenate([down, zeros], axis=1)
+    return out, wide
 
 
 def new_head_cache(cfg: Eagle3Config, head: dict, capacity: int, batch: int = 1) -> KVCache:
