@@ -46,6 +46,7 @@ blocks that hold the point's windows), in --out/HEAD-Kx-Np; give it its own --js
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 import time
@@ -179,6 +180,7 @@ def _train(cfg, progress: bool) -> dict:
         "wall_seconds_this_run": time.perf_counter() - start,
         "final_eval": log["evals"][-1],
         "aux_layers": list(cfg.aux_layers) or None,
+        "head_intermediate_size": cfg.head_intermediate_size,
     }
 
 
@@ -255,12 +257,16 @@ def plot(points: list[dict], path: Path, xlabel: str = "training tokens (one pas
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(PROMPT_SETS), figsize=(9, 3.6), sharey=True)
+    widths = sorted({p.get("head_intermediate_size") or 0 for p in points})
     for ax, set_name in zip(axes, PROMPT_SETS, strict=True):
-        for head, name in HEADS.items():
-            mine = sorted((p for p in points if p["head"] == head), key=lambda p: p["tokens"])
+        for (head, name), width in itertools.product(HEADS.items(), widths):
+            mine = sorted((p for p in points if p["head"] == head
+                           and (p.get("head_intermediate_size") or 0) == width),
+                          key=lambda p: p["tokens"])  # fmt: skip
             if mine:
+                label = f"{name}, MLP {width}" if width else name
                 ax.plot([p["tokens"] for p in mine], [p["tau"]["T=0"][set_name] for p in mine],
-                        marker="o", label=name)  # fmt: skip
+                        marker="o", label=label, linestyle="--" if width else "-")  # fmt: skip
         ax.set_xscale("log", base=2)
         ticks = sorted({(p["point"], p["tokens"]) for p in points})
         names = [k if isinstance(k, str) else f"{k}x" for k, _ in ticks]  # 1x, or a share: 1/8
@@ -319,6 +325,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--plot", help="write the plot here (default OUT/scaling.png)")
     parser.add_argument("--plot-only", action="store_true",
                         help="redraw --plot from the points in --json, train nothing")  # fmt: skip
+    parser.add_argument("--with", dest="also", nargs="+", default=[], metavar="JSON",
+                        help="--plot-only: draw the points of these result files too (e.g. "
+                        "the heads of the target's width beside a wider head's)")  # fmt: skip
     parser.add_argument(
         "--head-intermediate-size", type=int, default=0,
         help="EAGLE-3 heads' MLP width (0: the target's; a wider head asks whether capacity, not "
@@ -329,7 +338,11 @@ def main(argv=None) -> dict:
     args = parser.parse_args(argv)
     if args.plot_only:
         results = _read_results(Path(args.json or Path(args.out or ".") / "scaling.json"))
-        plot(results["points"], Path(args.plot or Path(args.out or ".") / "scaling.png"))
+        points = []
+        for other in [results, *(_read_results(Path(path)) for path in args.also)]:
+            width = other.get("config", {}).get("head_intermediate_size") or 0
+            points += [{"head_intermediate_size": width, **p} for p in other["points"]]
+        plot(points, Path(args.plot or Path(args.out or ".") / "scaling.png"))
         return results
     apply_smoke(args, "runs/eagle3-scaling-smoke", "runs/eagle3-scaling")
     if args.smoke:

@@ -631,7 +631,10 @@ plt.show()
 # - `eagle3-scaling`: both heads on 1x .. 8x that (the corpora and the target's own text written
 #   by `minieagle distill`), one pass per point, each point branched off one long run
 #   (`benchmarks/eagle3_scaling.py`); it spans several days of one core, so its file holds the
-#   points finished so far.
+#   points finished so far;
+# - `eagle3-scaling-wide`: the same data and schedule for an EAGLE-3 head whose MLP is four times
+#   the target's width (`--head-intermediate-size 1536`): whether capacity, not data, holds the
+#   head back where the curve flattens.
 
 # %%
 import json  # noqa: E402
@@ -640,7 +643,7 @@ from pathlib import Path  # noqa: E402
 from IPython.display import Image, display  # noqa: E402
 
 results_dir = Path(model.__file__).parents[1] / "docs" / "results"
-for experiment in ("eagle3-scaling-corpus", "eagle3-scaling"):
+for experiment in ("eagle3-scaling-corpus", "eagle3-scaling", "eagle3-scaling-wide"):
     path = results_dir / f"{experiment}.json"
     if not path.is_file():
         print(f"{path} is not here (an installed copy without docs/, or no point finished yet)")
@@ -651,6 +654,8 @@ for experiment in ("eagle3-scaling-corpus", "eagle3-scaling"):
         for name in ("eagle1", "eagle3"):
             curve = sorted((p.get("tokens", p.get("train_tokens")), p["tau"]["T=0"][kind])
                            for p in points if p["head"] == name)  # fmt: skip
+            if not curve:
+                continue
             print(f"  {kind:8} {name} head: τ "
                   + " → ".join(f"{tau:.2f} ({tokens / 1e6:.1f}M)" for tokens, tau in curve))
     if (results_dir / f"{experiment}.png").is_file():

@@ -216,6 +216,11 @@ def test_the_scaling_script_branches_each_point_off_one_run_and_plots(scripts, t
         target = BENCHMARKS.parent / "minieagle" / "pretrained" / "small" / "config.json"
         assert head["intermediate_size"] == 96
         assert json.loads(target.read_text())["intermediate_size"] != 96
+        assert point["head_intermediate_size"] == 96
+        both = ["--plot-only", "--json", str(tmp_path / "w.json"), "--with",
+                str(tmp_path / "s.json"), "--plot", str(tmp_path / "both.png")]  # fmt: skip
+        scaling.main(both)
+        assert (tmp_path / "both.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
         scaling.train_eagle_head = real_train
 
@@ -552,3 +557,23 @@ def test_the_chain_cut_script_reads_both_chains_under_both_verifications(scripts
         p = row["p_accepted_at_least"]
         assert len(p) == 2 == len(row["standard_errors"]) and row["cycles"] > 0
         assert 1 >= p[0] >= p[1] >= 0
+
+
+def test_the_sizing_forwards_script_times_each_part_of_a_chains_cycle(scripts, tmp_path):
+    """benchmarks/sizing_forwards.py at its smallest: per chain its τ, its speed against vanilla
+    and its cycle's parts (the forward at the chain's own size, propose, loop); per tree size the
+    curve, the sizing's scaled curve and the forwards seen in decoding."""
+    forwards = importlib.import_module("sizing_forwards")
+    out = tmp_path / "f.json"
+    results = forwards.main(["--chains", "1,2", "--cycles", "2", "--repeats", "1",
+                             "--speed-tokens", "6", "--out", str(out)])  # fmt: skip
+    assert json.loads(out.read_text()) == json.loads(json.dumps(results))
+    assert set(results["chains"]) == {"chain of 1", "chain of 2"}
+    for drafts, row in ((1, results["chains"]["chain of 1"]), (2, results["chains"]["chain of 2"])):
+        assert 1 <= row["tau"] <= drafts + 1
+        assert row["speedup_min"] <= row["speedup_median"] <= row["speedup_max"]
+        assert drafts + 1 in row["forward_ms_by_nodes"] and row["propose_ms"] > 0
+    for n in (2, 3, 26):
+        row = results["by_nodes"][n]
+        assert row["forwards"] > 0 and row["curve_ms"] > 0
+        assert row["scaled_curve_ms"] == pytest.approx(row["curve_ms"] * results["scale"])
