@@ -200,8 +200,8 @@ fi
 #    1; steps 3-5 used seed 0), then the shipped head (`--init-from`, its draft vocabulary kept)
 #    trained over them for one pass, the same schedule (warmup back to 3e-3, the last 320 steps
 #    decaying), two BLAS threads; then calibrated, then τ measured on the held-out chat prompts.
-#    The shipped head is copied into the cache first, so the run resumes from the same start
-#    even after a new head is shipped.
+#    The head it started from (shipped until this run's head replaced it, 2026-12-02 evening) is
+#    copied into the cache from git first, so the run resumes and rebuilds from the same start.
 if [ "$MODE" = continue ]; then
   H=$S/eagle3-c
   if ! running "distill --target $M --out-dir $S/chat2" && ! running "out-dir $H" \
@@ -215,7 +215,12 @@ if [ "$MODE" = continue ]; then
         done
         wait -n && wait -n || exit 1
       done
-      [ -d $S/start-eagle3 ] || cp -r minieagle/pretrained/smollm2-eagle3 $S/start-eagle3
+      if [ ! -d $S/start-eagle3 ]; then  # the head shipped before this run's (at 50b0ee1)
+        mkdir -p $S/start-eagle3
+        for f in config.json model.safetensors calibration.json; do
+          git show 50b0ee1:minieagle/pretrained/smollm2-eagle3/\$f >$S/start-eagle3/\$f || exit 1
+        done
+      fi
       [ -f $H/final/model.safetensors ] || OPENBLAS_NUM_THREADS=2 minieagle train eagle3 \
         --target $M --data features --features $S/chat2-T0 $S/chat2-T1 --init-from $S/start-eagle3 \
         --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps 320 --lr 3e-3 \
