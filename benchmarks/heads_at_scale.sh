@@ -65,7 +65,7 @@ if [ "$MODE" = status ]; then
   for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1 "$S"/chat2-T0 "$S"/chat2-T1; do
     [ -d "$run" ] && echo "$run: $(ls -d "$run"/shard-?????  2>/dev/null | wc -l) shards"
   done
-  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c; do
+  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
     [ -f "$run/state/state.json" ] && echo "$run: step $(python -c "import json,sys; print(json.load(open(sys.argv[1]))['step'])" "$run/state/state.json")"
   done
   exit 0
@@ -112,6 +112,21 @@ if ! running "eagle3_scaling.py .* --passes" && ! running "distill --target $T/t
       --prompts-per-kind 8 --json docs/results/eagle3-greedy-data.json \
       --plot $T/eagle3-greedy-data.png" >"$T/levers.log" 2>&1 &
 fi
+
+# 2c. Capacity, not data? The EAGLE-3 curve flattens past 4x (docs/eagle3.md): the same 1x and 2x
+#     points for a head whose MLP is 4x the target's width (--head-intermediate-size 1536), and
+#     beside it the target's width again on the same (regenerated) data, the control; each
+#     process one core. Both only need the first 140 shards of self-T1.
+for width in 1536 0; do
+  name=wide; [ "$width" = 0 ] && name=base
+  out=$T/scaling-$name
+  if ! running "eagle3_scaling.py .* --out $out"; then
+    nohup python benchmarks/eagle3_scaling.py --model "$T/targets/small" \
+      --features "$T/corpus" "$T/self-T1" --planned-shards 80 560 --points 1,2 --heads eagle3 \
+      --head-intermediate-size "$width" --out "$out" --json "docs/results/eagle3-scaling-$name.json" \
+      --plot "docs/results/eagle3-scaling-$name.png" >"$out.log" 2>&1 &
+  fi
+done
 
 fi
 
@@ -232,6 +247,37 @@ if [ "$MODE" = continue ]; then
         --eagle3-head $H/final --eagle1-head minieagle/pretrained/smollm2-eagle1 \
         --methods eagle3,eagle3-60,pld --no-cost-curve --repeats 1 \
         --out $S/e3-c-tau.json >$S/methods-c.log 2>&1" >"$S/continue.log" 2>&1 &
+  fi
+fi
+# 7. SmolLM2's EAGLE-3 head wider: the shipped head (continued, step 6) with its MLP widened from
+#    1,536 to 3,072 units that start silent (`eagle3.widen_mlp`: the same function at step 0),
+#    trained one more pass over step 6's answers (the same schedule, two BLAS threads); then
+#    calibrated and measured as step 6. The tiny target's wider head led at equal steps
+#    (step 2c); here the pass is a second one over the same answers, so width and the second
+#    pass are not told apart. Its start is copied into the cache from git (the head shipped at
+#    1e81aac).
+if [ "$MODE" = continue ]; then
+  H=$S/eagle3-w
+  if ! running "out-dir $H" && ! running "calibrate --head $H" && ! running "eagle3-head $H"; then
+    nohup nice -n 5 bash -c "
+      if [ ! -d $S/start-eagle3-w ]; then
+        mkdir -p $S/start-eagle3-w
+        for f in config.json model.safetensors calibration.json; do
+          git show 1e81aac:minieagle/pretrained/smollm2-eagle3/\$f >$S/start-eagle3-w/\$f || exit 1
+        done
+      fi
+      [ -f $H/final/model.safetensors ] || OPENBLAS_NUM_THREADS=2 minieagle train eagle3 \
+        --target $M --data features --features $S/chat2-T0 $S/chat2-T1 \
+        --init-from $S/start-eagle3-w --head-intermediate-size 3072 --seed 2 \
+        --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps 320 --lr 3e-3 \
+        --warmup-steps 50 --ttt-steps 3 --eval-every 400 --eval-batches 2 --save-every 25 \
+        --export-dtype float16 --out-dir $H >>$S/train-eagle3-w.log 2>&1 || exit 1
+      [ -f $H/final/calibration.json ] || minieagle calibrate --head $H/final --model $M \
+        --fit-prompts 4 --val-prompts 6 --temperatures 0.35,0.5 >$S/calibrate-eagle3-w.log 2>&1
+      [ -f $S/e3-w-tau.json ] || python benchmarks/smollm2_methods.py --model $M \
+        --eagle3-head $H/final --eagle1-head minieagle/pretrained/smollm2-eagle1 \
+        --methods eagle3,eagle3-60,eagle3-chain1,eagle3-chain3 --no-cost-curve --repeats 1 \
+        --out $S/e3-w-tau.json >$S/methods-w.log 2>&1" >"$S/wide.log" 2>&1 &
   fi
 fi
 echo "started ($MODE); see: bash benchmarks/heads_at_scale.sh status"
