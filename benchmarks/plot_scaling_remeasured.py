@@ -5,6 +5,13 @@ heads of point k, n prompts per kind), one line per head and tree depth, one pan
     python benchmarks/plot_scaling_remeasured.py docs/results/tree-depth-*x-24.json \\
         --plot docs/results/eagle3-scaling-24.png
 
+`--wide FILES` (`tree-depth-<k>x-wide-<n>.json`: a wider EAGLE-3 head's points, its files' EAGLE-1
+column another point's head) adds that head's EAGLE-3 curve (green squares) beside the others:
+
+    python benchmarks/plot_scaling_remeasured.py docs/results/tree-depth-?x-24.json \\
+        --wide docs/results/tree-depth-?x-wide-24.json \\
+        --plot docs/results/eagle3-scaling-wide-24.png
+
 The x axis is k x `eagle3_scaling.UNIT_TOKENS` (2.64M); nothing is measured here.
 """
 
@@ -20,7 +27,7 @@ from eagle3_scaling import UNIT_TOKENS
 
 from minieagle.errors import InvalidInputError
 
-NAME = re.compile(r"tree-depth-(\d+)x-(\d+)\.json$")
+NAME = re.compile(r"tree-depth-(\d+)x-(?:wide-)?(\d+)\.json$")
 SETS = {"heldout": "held-out prompts", "ood": "out-of-domain prompts"}
 HEADS = {"eagle3": "EAGLE-3 head", "eagle1": "EAGLE-1 head, EAGLE-2 tree"}
 
@@ -41,7 +48,8 @@ def read_points(paths) -> dict:
     return dict(sorted(points.items()))
 
 
-def plot(points: dict, out: Path) -> None:
+def plot(points: dict, out: Path, wide: dict | None = None,
+         wide_label: str = "EAGLE-3 head, 4x wider MLP") -> None:  # fmt: skip
     import matplotlib
 
     matplotlib.use("Agg")
@@ -57,6 +65,13 @@ def plot(points: dict, out: Path) -> None:
                         for rows in points.values()]  # fmt: skip
                 ax.plot(tokens, taus, style, color=color, marker="o",
                         label=f"{label}, {depth + 1} levels")  # fmt: skip
+        for style, depth in zip(("-", "--", ":"), depths, strict=False):
+            if not wide:
+                break
+            taus = [next(r for r in rows if r["depth"] == depth)["eagle3"][set_name]["tau"]
+                    for rows in wide.values()]  # fmt: skip
+            ax.plot([k * UNIT_TOKENS for k in wide], taus, style, color="C2", marker="s",
+                    label=f"{wide_label}, {depth + 1} levels")  # fmt: skip
         ax.set_xscale("log", base=2)
         ax.set_xticks(tokens, [f"{k}x\n{k * UNIT_TOKENS / 1e6:.1f}M" for k in points])
         ax.minorticks_off()
@@ -77,9 +92,12 @@ def main(argv=None) -> dict:
     )
     parser.add_argument("files", nargs="+", help="tree-depth-<k>x-<n>.json files")
     parser.add_argument("--plot", required=True, help="the PNG to write")
+    parser.add_argument("--wide", nargs="+", default=[],
+                        help="tree-depth-<k>x-wide-<n>.json files: a wider EAGLE-3 head's points, "
+                        "drawn beside (its EAGLE-3 column only)")  # fmt: skip
     args = parser.parse_args(argv)
     points = read_points(args.files)
-    plot(points, Path(args.plot))
+    plot(points, Path(args.plot), read_points(args.wide) if args.wide else None)
     for k, rows in points.items():
         for row in rows:
             print(f"{k}x, {row['levels']} levels: EAGLE-3 / EAGLE-2 "

@@ -632,9 +632,9 @@ plt.show()
 #   by `minieagle distill`), one pass per point, each point branched off one long run
 #   (`benchmarks/eagle3_scaling.py`); it spans several days of one core, so its file holds the
 #   points finished so far;
-# - `eagle3-scaling-wide`: the same data and schedule for an EAGLE-3 head whose MLP is four times
-#   the target's width (`--head-intermediate-size 1536`): whether capacity, not data, holds the
-#   head back where the curve flattens.
+# - `eagle3-scaling-wide-24`: the same data and schedule for an EAGLE-3 head whose MLP is four
+#   times the target's width (`--head-intermediate-size 1536`), measured on 24 prompts per kind
+#   beside the others: whether capacity, not data, holds the head back where the curve flattens.
 
 # %%
 import json  # noqa: E402
@@ -643,7 +643,7 @@ from pathlib import Path  # noqa: E402
 from IPython.display import Image, display  # noqa: E402
 
 results_dir = Path(model.__file__).parents[1] / "docs" / "results"
-for experiment in ("eagle3-scaling-corpus", "eagle3-scaling", "eagle3-scaling-wide"):
+for experiment in ("eagle3-scaling-corpus", "eagle3-scaling"):
     path = results_dir / f"{experiment}.json"
     if not path.is_file():
         print(f"{path} is not here (an installed copy without docs/, or no point finished yet)")
@@ -664,6 +664,9 @@ for experiment in ("eagle3-scaling-corpus", "eagle3-scaling", "eagle3-scaling-wi
 # (`benchmarks/plot_scaling_remeasured.py`): the lead at 8 prompts per kind was partly noise
 if (results_dir / "eagle3-scaling-24.png").is_file():
     display(Image(filename=str(results_dir / "eagle3-scaling-24.png")))
+# the wider head's points beside them (`plot_scaling_remeasured.py --wide`)
+if (results_dir / "eagle3-scaling-wide-24.png").is_file():
+    display(Image(filename=str(results_dir / "eagle3-scaling-wide-24.png")))
 
 # %% [markdown]
 # The EAGLE-3 paper also raises the tree's depth from 6 to 8 levels at the same node budget: a

@@ -348,6 +348,10 @@ def test_the_remeasured_curve_plots_each_point_file_and_refuses_a_nameless_one(s
     points = plot.main([*map(str, files), "--plot", str(tmp_path / "c.png")])
     assert list(points) == [1, 2]
     assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    wide = tmp_path / "tree-depth-1x-wide-24.json"  # a wider head's point, drawn beside
+    wide.write_text(json.dumps({"depths": [row]}))
+    plot.main([*map(str, files), "--wide", str(wide), "--plot", str(tmp_path / "w.png")])
+    assert (tmp_path / "w.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(InvalidInputError, match="other.json"):
         plot.main([str(tmp_path / "other.json"), "--plot", str(tmp_path / "d.png")])
 
