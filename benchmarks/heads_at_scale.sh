@@ -113,16 +113,18 @@ if ! running "eagle3_scaling.py .* --passes" && ! running "distill --target $T/t
       --plot $T/eagle3-greedy-data.png" >"$T/levers.log" 2>&1 &
 fi
 
-# 2c. Capacity, not data? The EAGLE-3 curve flattens past 4x (docs/eagle3.md): the same 1x and 2x
-#     points for a head whose MLP is 4x the target's width (--head-intermediate-size 1536), and
-#     beside it the target's width again on the same (regenerated) data, the control; each
-#     process one core. Both only need the first 140 shards of self-T1.
+# 2c. Capacity, not data? The EAGLE-3 curve flattens past 4x (docs/eagle3.md "A wider head"):
+#     the same points for a head whose MLP is 4x the target's width (--head-intermediate-size
+#     1536; 1x and 2x measured, then one 8x run with the 4x point branched off it), and the 1x
+#     and 2x points at the target's width again on the same (regenerated) data, the control
+#     (finished: it reproduced the curve's heads exactly); each process one core.
 for width in 1536 0; do
-  name=wide; [ "$width" = 0 ] && name=base
+  name=wide; points=1,2,4,8
+  [ "$width" = 0 ] && name=base && points=1,2
   out=$T/scaling-$name
   if ! running "eagle3_scaling.py .* --out $out"; then
     nohup python benchmarks/eagle3_scaling.py --model "$T/targets/small" \
-      --features "$T/corpus" "$T/self-T1" --planned-shards 80 560 --points 1,2 --heads eagle3 \
+      --features "$T/corpus" "$T/self-T1" --planned-shards 80 560 --points "$points" --heads eagle3 \
       --head-intermediate-size "$width" --out "$out" --json "docs/results/eagle3-scaling-$name.json" \
       --plot "docs/results/eagle3-scaling-$name.png" >"$out.log" 2>&1 &
   fi
