@@ -38,9 +38,10 @@ running() { pgrep -f -- "$1" >/dev/null; }
 # lacks before resuming it.
 SNAP=benchmarks/snapshots
 if [ "$MODE" = snapshot ]; then
-  for run in "$T"/scaling/eagle?-8x; do
+  for run in "$T"/scaling/eagle?-8x "$T"/scaling-wide/eagle3-8x; do
     [ -f "$run/state/state.json" ] || continue
     dest=$SNAP/$(basename "$run")
+    [ "$(basename "$(dirname "$run")")" = scaling-wide ] && dest=$dest-wide
     rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
     cp -r "$run/state" "$run/eagle_train_config.json" "$dest.tmp/"  # the long run's own state:
     # its kept states serve branches that finished before it went on (benchmarks/eagle3_scaling.py)
@@ -49,9 +50,10 @@ if [ "$MODE" = snapshot ]; then
   done
   exit 0
 fi
-[ "$MODE" = tiny ] && for snap in "$SNAP"/eagle?-8x; do
+[ "$MODE" = tiny ] && for snap in "$SNAP"/eagle?-8x "$SNAP"/eagle3-8x-wide; do
   [ -d "$snap" ] || continue
   run=$T/scaling/$(basename "$snap")
+  [ "$(basename "$snap")" = eagle3-8x-wide ] && run=$T/scaling-wide/eagle3-8x
   if [ ! -f "$run/state/state.json" ]; then
     mkdir -p "$run" && cp -r "$snap"/* "$run/" && echo "restored $run from $snap"
   fi
