@@ -581,3 +581,33 @@ def test_the_sizing_forwards_script_times_each_part_of_a_chains_cycle(scripts, t
         row = results["by_nodes"][n]
         assert row["forwards"] > 0 and row["curve_ms"] > 0
         assert row["scaled_curve_ms"] == pytest.approx(row["curve_ms"] * results["scale"])
+
+
+def test_the_head_speed_script_benches_heads_side_by_side(scripts, tmp_path):
+    """benchmarks/head_speed.py at its smallest: vanilla and, per head, its default tree and a
+    fixed chain, side by side at T = 0 and T = 1; greedy outputs equal vanilla's; a chain's τ
+    within its levels; bad labels and chain lengths are refused, naming the flag."""
+    speed = importlib.import_module("head_speed")
+    out = tmp_path / "speed.json"
+    argv = ["--eagle3", "a=small-eagle3", "small-eagle3", "--chain", "2", "--prompts", "heldout",
+            "--prompts-per-kind", "1", "--new-tokens", "6", "--repeats", "1", "--out", str(out)]
+    assert speed.main(argv) == 0
+    results = json.loads(out.read_text())
+    assert results["settings"]["heads"] == {"a": "small-eagle3", "small-eagle3": "small-eagle3"}
+    for setting in ("T=0", "T=1"):
+        rows = results[setting]["all"]
+        assert set(rows) == {"vanilla", "a tree", "a chain:2", "small-eagle3 tree",
+                             "small-eagle3 chain:2"}  # fmt: skip
+        assert 1.0 <= rows["a chain:2"]["tau"] <= 3.0
+        assert rows["a chain:2"]["mean_tree_size"] <= 3
+    for name in ("a tree", "a chain:2"):
+        assert results["T=0"]["all"][name]["differs_from_vanilla"] == 0
+    # the same head under two labels drafts the same tokens: equal τ at T = 0
+    greedy = results["T=0"]["all"]
+    assert greedy["a tree"]["tau"] == greedy["small-eagle3 tree"]["tau"]
+    with pytest.raises(InvalidInputError, match="given twice"):
+        speed.main(["--eagle3", "a=small-eagle3", "a=small-eagle3"])
+    with pytest.raises(InvalidInputError, match="LABEL=DIR"):
+        speed.main(["--eagle3", "=small-eagle3"])
+    with pytest.raises(InvalidInputError, match="--chain -1"):
+        speed.main(["--eagle3", "small-eagle3", "--chain", "-1"])
