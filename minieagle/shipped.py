@@ -9,7 +9,10 @@ shipped head of its kind trained for the target: each head's config.json records
 Among the heads whose shapes fit the target, the one whose fingerprint matches wins, then the
 one whose recorded target directory has the target's directory name (a fresh import of the same
 model can differ in bytes); with none fitting, the small target's head (whose checks then
-explain the mismatch).
+explain the mismatch). A head in `ALTERNATIVES` is shipped to be named, never chosen by default:
+`small-eagle3-wide` (an MLP four times the target's width) drafts with more τ than
+`small-eagle3` but costs more per draft, and measured slower on the reference CPU
+(docs/eagle3.md, "A wider head").
 
 `fastest_method` says what `--method auto` (the CLI's default) decodes a target with: the method
 measured fastest for it on the reference machine (`pretrained/fastest.json`).
@@ -30,6 +33,7 @@ DEFAULT_EAGLE3_HEAD = PRETRAINED / "small-eagle3"
 DEFAULT_MEDUSA_HEAD = PRETRAINED / "small-medusa"
 
 HEAD_KIND = {"eagle1": "eagle1", "eagle2": "eagle1", "eagle3": "eagle3", "medusa": "medusa"}
+ALTERNATIVES = frozenset({"small-eagle3-wide"})  # named with --head only
 SMALL_HEADS = {"eagle1": DEFAULT_HEAD, "eagle3": DEFAULT_EAGLE3_HEAD, "medusa": DEFAULT_MEDUSA_HEAD}
 
 
@@ -76,7 +80,8 @@ def default_head(method: str, model_dir) -> Path:
     fits = [
         head
         for head in shipped_heads(kind)
-        if all(_config(head).get(k) == target.get(k) for k in ("vocab_size", "hidden_size"))
+        if head.name not in ALTERNATIVES
+        and all(_config(head).get(k) == target.get(k) for k in ("vocab_size", "hidden_size"))
     ]
     if len(fits) > 1:
         from minieagle.checkpoint import target_fingerprint

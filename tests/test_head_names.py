@@ -65,3 +65,34 @@ def test_the_default_head_is_the_one_trained_for_the_target(
     args = cli.build_parser().parse_args(["generate", "x", "--method", method, "--model",
                                           str(smollm2)])  # fmt: skip
     assert head_dir(args) == PRETRAINED / smollm2_head
+
+
+def test_the_wider_small_eagle3_head_is_shipped_to_be_named_not_defaulted(tmp_path, monkeypatch):
+    """`small-eagle3-wide` (its MLP four times the target's width) is found by name, loads with
+    its width and its calibration, and drafts greedy text equal to vanilla's with τ above 3 on a
+    held-out prompt; without --head the small target keeps `small-eagle3`, the head measured
+    faster on the reference CPU, although both fit it (`ALTERNATIVES`)."""
+    from minieagle import shipped
+    from minieagle.bench import heldout_prompts
+    from minieagle.checkpoint import load_checkpoint
+    from minieagle.drafters import build_drafter
+    from minieagle.generate import emitted_per_forward, generate
+    from minieagle.shipped import ALTERNATIVES, DEFAULT_MODEL
+
+    monkeypatch.chdir(tmp_path)
+    wide = resolve_head("small-eagle3-wide")
+    assert wide == PRETRAINED / "small-eagle3-wide" and wide.name in ALTERNATIVES
+    config = json.loads((wide / "config.json").read_text())
+    assert config["intermediate_size"] == 1536  # the target's MLP: 384
+    assert (wide / "calibration.json").is_file()
+    assert default_head("eagle3", DEFAULT_MODEL) == PRETRAINED / "small-eagle3"
+    monkeypatch.setattr(shipped, "ALTERNATIVES", frozenset({"small-eagle3"}))  # the rule at work
+    assert default_head("eagle3", DEFAULT_MODEL) == PRETRAINED / "small-eagle3-wide"
+    params, model_config, tokenizer = load_checkpoint(DEFAULT_MODEL)
+    (_, ids), *_ = heldout_prompts(tokenizer, per_corpus=1)
+    vanilla = generate(params, model_config, ids, max_new_tokens=32, stop_at_eos=False)
+    drafter = build_drafter("eagle3", target=(params, model_config), head="small-eagle3-wide")
+    result = generate(params, model_config, ids, drafter=drafter, max_new_tokens=32,
+                      stop_at_eos=False)  # fmt: skip
+    assert result.tokens == vanilla.tokens
+    assert emitted_per_forward([result]) > 3.0
