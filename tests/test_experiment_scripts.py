@@ -354,6 +354,28 @@ def test_the_remeasured_curve_plots_each_point_file_and_refuses_a_nameless_one(s
     assert (tmp_path / "w.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(InvalidInputError, match="other.json"):
         plot.main([str(tmp_path / "other.json"), "--plot", str(tmp_path / "d.png")])
+    # --ratios: EAGLE-3 at 8 levels over EAGLE-2 at 6, per kind, from --scores shipped files
+    kinds = {"heldout": {"prose": 5.0, "code": 6.0}, "ood": {"ood-prose": 4.0, "ood-code": 3.0}}
+    rows = []
+    for depth, scale in ((5, 1.0), (7, 1.3)):
+        rows.append({"depth": depth, "levels": depth + 1, "ratio": row["ratio"]})
+        for head in ("eagle3", "eagle1"):
+            by_set = {s: {"tau": 4.0, "tau_by_kind": {k: t * (scale if head == "eagle3" else 1)
+                                                      for k, t in ks.items()}}
+                      for s, ks in kinds.items()}  # fmt: skip
+            rows[-1][head] = by_set
+    shipped = tmp_path / "tree-depth-8x-wide-shipped-24.json"
+    shipped.write_text(json.dumps({"depths": rows}))
+    ratios = plot.kind_ratios(rows)
+    assert ratios == pytest.approx({label: 1.3 for label in plot.KINDS.values()})
+    ratio_args = ["--ratios", str(shipped), "--ratio-shipped", str(shipped),
+                  "--ratio-plot", str(tmp_path / "r.png")]  # fmt: skip
+    plot.main([*map(str, files), "--plot", str(tmp_path / "e.png"), *ratio_args])
+    assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(InvalidInputError, match="go together"):
+        plot.main([*map(str, files), "--plot", str(tmp_path / "f.png"), "--ratios", str(shipped)])
+    with pytest.raises(InvalidInputError, match="depth"):
+        plot.kind_ratios(rows[:1])
 
 
 @pytest.mark.parametrize("method", ["eagle2", "eagle3"])
