@@ -117,9 +117,10 @@ fi
 
 # 2c. Capacity, not data? The EAGLE-3 curve flattens past 4x (docs/eagle3.md "A wider head"):
 #     the same points for a head whose MLP is 4x the target's width (--head-intermediate-size
-#     1536; 1x and 2x measured, then one 8x run with the 4x point branched off it), and the 1x
-#     and 2x points at the target's width again on the same (regenerated) data, the control
-#     (finished: it reproduced the curve's heads exactly); each process one core.
+#     1536; one 8x run with the 1x, 2x and 4x points branched off it; finished 2026-12-03, the
+#     8x head shipped as minieagle/pretrained/small-eagle3-wide), and the 1x and 2x points at
+#     the target's width again on the same (regenerated) data, the control (finished: it
+#     reproduced the curve's heads exactly); each process one core.
 for width in 1536 0; do
   name=wide; points=1,2,4,8
   [ "$width" = 0 ] && name=base && points=1,2
