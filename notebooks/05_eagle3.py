@@ -675,6 +675,31 @@ if (results_dir / "eagle3-ratio-wide-24.png").is_file():
     display(Image(filename=str(results_dir / "eagle3-ratio-wide-24.png")))
 
 # %% [markdown]
+# The wider head ships too, as `small-eagle3-wide` (named with `--head`, never a default). This
+# cell drafts with it on the prompts above, the same 8-level tree and raw scores as the
+# `EAGLE-3, 8 levels` runs, checks every output against vanilla's and prints both heads' τ.
+# Its parameters say why it is not the default on a CPU: every draft step runs an MLP four
+# times as wide (docs/eagle3.md, "A wider head", measures the speed).
+
+# %%
+wide_dir = PRETRAINED / "small-eagle3-wide"
+if shipped and (wide_dir / "model.safetensors").is_file():
+    from minieagle.generate import emitted_per_forward  # noqa: E402
+    from minieagle.heads.eagle3_io import load_eagle3_head  # noqa: E402
+
+    wide, wide_cfg, wide_vocab = load_eagle3_head(wide_dir, dtype=np.float64, target_config=config)
+    wide_runs = [generate(params, config, prompt, max_new_tokens=n_new,
+                          drafter=Eagle2Drafter(params, config, wide, wide_cfg, wide_vocab,
+                                                **EAGLE3_DEFAULTS))
+                 for _, prompt in prompts]  # fmt: skip
+    assert all(r.tokens == base.tokens for r, base in zip(wide_runs, vanilla, strict=True))
+    for name, results in ((f"{EAGLE3}, 8 levels", runs[f"{EAGLE3}, 8 levels"]),
+                          ("small-eagle3-wide, 8 levels", wide_runs)):  # fmt: skip
+        print(f"{name:30} tau {emitted_per_forward(results):.2f} on {len(results)} prompts")
+    n_params = {k: sum(v.size for v in h.values()) for k, h in (("default", head), ("wide", wide))}
+    print(f"parameters: default head {n_params['default']:,}, wide head {n_params['wide']:,}")
+
+# %% [markdown]
 # The EAGLE-3 paper also raises the tree's depth from 6 to 8 levels at the same node budget: a
 # head whose deep drafts hold up can use levels that EAGLE-1's head rarely reaches.
 # `benchmarks/tree_depth.py` measured both heads of a scaling point at 26 nodes and each depth;
