@@ -3,10 +3,10 @@
 # resuming where it stopped. Run it again after any interruption (a session's end, a kill, a
 # reboot): finished steps are skipped, unfinished ones resume from their last shard or save.
 #
-#   bash benchmarks/heads_at_scale.sh          # the runs under way (step 6), what is not running
+#   bash benchmarks/heads_at_scale.sh          # the runs under way (step 8), what is not running
 #   bash benchmarks/heads_at_scale.sh tiny     # steps 1-2b: the tiny target's runs (finished:
 #                                              # results in docs/results/eagle3-*)
-#   bash benchmarks/heads_at_scale.sh first    # steps 3-5: SmolLM2's first heads (finished:
+#   bash benchmarks/heads_at_scale.sh first    # steps 3-7: SmolLM2's heads so far (finished:
 #                                              # shipped as minieagle/pretrained/smollm2-*)
 #   bash benchmarks/heads_at_scale.sh status   # where every run stands
 #   bash benchmarks/heads_at_scale.sh snapshot # training states into benchmarks/snapshots/
@@ -64,10 +64,10 @@ if [ "$MODE" = status ]; then
     [ -f "$log" ] || continue
     printf '%s: %s\n' "$(basename "$log")" "$(tail -c 300 "$log" | tr '\r' '\n' | tail -n 1)"
   done
-  for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1 "$S"/chat2-T0 "$S"/chat2-T1; do
+  for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1 "$S"/chat2-T0 "$S"/chat2-T1 "$S"/chat3-T0 "$S"/chat3-T1; do
     [ -d "$run" ] && echo "$run: $(ls -d "$run"/shard-?????  2>/dev/null | wc -l) shards"
   done
-  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
+  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$S"/eagle3-n "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
     [ -f "$run/state/state.json" ] && echo "$run: step $(python -c "import json,sys; print(json.load(open(sys.argv[1]))['step'])" "$run/state/state.json")"
   done
   exit 0
@@ -222,7 +222,7 @@ fi
 #    decaying), two BLAS threads; then calibrated, then τ measured on the held-out chat prompts.
 #    The head it started from (shipped until this run's head replaced it, 2026-12-02 evening) is
 #    copied into the cache from git first, so the run resumes and rebuilds from the same start.
-if [ "$MODE" = continue ]; then
+if [ "$MODE" = first ]; then  # finished: its head shipped, then replaced by step 7's
   H=$S/eagle3-c
   if ! running "distill --target $M --out-dir $S/chat2" && ! running "out-dir $H" \
       && ! running "calibrate --head $H" && ! running "eagle3-head $H"; then
@@ -260,8 +260,9 @@ fi
 #    calibrated and measured as step 6. The tiny target's wider head led at equal steps
 #    (step 2c); here the pass is a second one over the same answers, so width and the second
 #    pass are not told apart. Its start is copied into the cache from git (the head shipped at
-#    1e81aac).
-if [ "$MODE" = continue ]; then
+#    1e81aac). Finished 2026-12-03 (τ 2.54 / 2.74 at 26 / 60 nodes, from 2.42 / 2.65): shipped
+#    as minieagle/pretrained/smollm2-eagle3.
+if [ "$MODE" = first ]; then  # finished: its head shipped
   H=$S/eagle3-w
   if ! running "out-dir $H" && ! running "calibrate --head $H" && ! running "eagle3-head $H"; then
     nohup nice -n 5 bash -c "
@@ -283,6 +284,48 @@ if [ "$MODE" = continue ]; then
         --eagle3-head $H/final --eagle1-head minieagle/pretrained/smollm2-eagle1 \
         --methods eagle3,eagle3-60,eagle3-chain1,eagle3-chain3 --no-cost-curve --repeats 1 \
         --out $S/e3-w-tau.json >$S/methods-w.log 2>&1" >"$S/wide.log" 2>&1 &
+  fi
+fi
+# 8. The wider head on NEW answers. On the tiny target the wider head kept rising with every
+#    doubling of data where the head at the target's width had flattened (step 2c); SmolLM2's
+#    narrower head flattened too (step 6: +1-4 % from 3.3M new tokens). So: 100 + 100 more
+#    shards of SmolLM2's chat answers, greedy and T = 1, from other requests and passages
+#    (seed 2; chat2 used seed 1), then the shipped wider head (step 7, copied from git at
+#    6e04c1e) trained one pass over them with the same schedule, then calibrated and
+#    measured as steps 6-7. Each distill process is one core; both cores about 2.2 hours, then
+#    about 2.3 hours of training.
+if [ "$MODE" = continue ]; then
+  H=$S/eagle3-n
+  if ! running "distill --target $M --out-dir $S/chat3" && ! running "out-dir $H" \
+      && ! running "calibrate --head $H" && ! running "eagle3-head $H"; then
+    nohup nice -n 5 bash -c "
+      for t in 0 1; do  # two processes, one per core, each writing every other shard
+        for w in 1 0; do
+          minieagle distill --target $M --out-dir $S/chat3-T\$t --source chat --temperature \$t \
+            --seed 2 --shards 100 --shard-windows 64 --batch-size 32 --window-tokens 257 \
+            --prompt-tokens 48 --keys 2,15,27,final --worker \$w/2 --quiet &
+        done
+        wait -n && wait -n || exit 1
+      done
+      if [ ! -d $S/start-eagle3-n ]; then
+        mkdir -p $S/start-eagle3-n.tmp
+        for f in config.json model.safetensors calibration.json; do
+          git show 6e04c1e:minieagle/pretrained/smollm2-eagle3/\$f >$S/start-eagle3-n.tmp/\$f || exit 1
+        done
+        mv $S/start-eagle3-n.tmp $S/start-eagle3-n
+      fi
+      [ -f $H/final/model.safetensors ] || OPENBLAS_NUM_THREADS=2 minieagle train eagle3 \
+        --target $M --data features --features $S/chat3-T0 $S/chat3-T1 \
+        --init-from $S/start-eagle3-n --seed 3 \
+        --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps 320 --lr 3e-3 \
+        --warmup-steps 50 --ttt-steps 3 --eval-every 400 --eval-batches 2 --save-every 25 \
+        --export-dtype float16 --out-dir $H >>$S/train-eagle3-n.log 2>&1 || exit 1
+      [ -f $H/final/calibration.json ] || minieagle calibrate --head $H/final --model $M \
+        --fit-prompts 4 --val-prompts 6 --temperatures 0.35,0.5 >$S/calibrate-eagle3-n.log 2>&1
+      [ -f $S/e3-n-tau.json ] || python benchmarks/smollm2_methods.py --model $M \
+        --eagle3-head $H/final --eagle1-head minieagle/pretrained/smollm2-eagle1 \
+        --methods eagle3,eagle3-60,eagle3-chain1,eagle3-chain3 --no-cost-curve --repeats 1 \
+        --out $S/e3-n-tau.json >$S/methods-n.log 2>&1" >"$S/new-data.log" 2>&1 &
   fi
 fi
 echo "started ($MODE); see: bash benchmarks/heads_at_scale.sh status"
