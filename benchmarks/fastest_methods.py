@@ -35,6 +35,9 @@ ROWS = {
     "eagle2-26": ("eagle2", {"total_tokens": 26}),
     "eagle3": ("eagle3", {}),
     "eagle3-26": ("eagle3", {"total_tokens": 26}),
+    # fixed chains of the EAGLE-3 head (benchmarks/smollm2_cli.py's rows of the same names)
+    "eagle3-chain1": ("eagle3", {"total_tokens": 2, "depth": 1, "tree_top_k": 1}),
+    "eagle3-chain2": ("eagle3", {"total_tokens": 3, "depth": 2, "tree_top_k": 1}),
     "pld": ("pld", {}),
     "medusa": ("medusa", {}),
 }

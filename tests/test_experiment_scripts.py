@@ -517,6 +517,29 @@ def test_fastest_methods_chooses_by_the_whole_range_and_matches_the_shipped_file
             assert entry[setting] == script.choose(script.speedups(results, key), source, setting)
 
 
+def test_fastest_methods_rows_are_the_flags_they_were_measured_with(monkeypatch):
+    """Each row fastest_methods.py can choose becomes flags `--method auto` sets on the CLI's
+    arguments: they are the parser's own names, and a fixed chain measured by
+    benchmarks/smollm2_cli.py gets exactly the flags that script ran it with."""
+    from minieagle.cli import build_parser
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    script = importlib.import_module("fastest_methods")
+    cli = importlib.import_module("smollm2_cli")
+    parser = build_parser()
+    defaults = vars(parser.parse_args(["chat", "--prompt", "x"]))
+    for row, (method, flags) in script.ROWS.items():
+        assert set(flags) <= set(defaults), row
+    measured = cli.methods("E1", "E3")
+    for row in ("eagle3-chain1", "eagle3-chain2"):
+        ran = vars(parser.parse_args(["chat", "--prompt", "x", *measured[row]]))
+        method, flags = script.ROWS[row]
+        assert ran["method"] == method
+        assert {name: ran[name] for name in flags} == flags
+        changed = {k for k, v in ran.items() if v != defaults[k]} - {"method", "head"}
+        assert changed == set(flags), row  # no flag the run used is left out
+
+
 def test_the_sampled_tree_shape_script_measures_tau_and_speed(scripts, tmp_path):
     """benchmarks/sampled_tree_shape.py at its smallest: a τ row per (method, depth, top_k) on
     validation prompts, each within [1, levels + 1] and the mean of its kinds' runs; --speed
