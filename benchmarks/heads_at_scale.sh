@@ -214,118 +214,85 @@ if [ -f $S/eagle3/final/calibration.json ] && [ -f $S/eagle1/final/calibration.j
 fi
 fi
 
-# 6. SmolLM2's EAGLE-3 head continued on NEW answers (the cache of steps 3-5 was lost with its
-#    machine on 2026-12-02, the second pass at step 3,575 of 6,400 among it): 100 + 100 more
-#    shards of its own chat answers, greedy and T = 1, from other requests and passages (seed
-#    1; steps 3-5 used seed 0), then the shipped head (`--init-from`, its draft vocabulary kept)
-#    trained over them for one pass, the same schedule (warmup back to 3e-3, the last 320 steps
-#    decaying), two BLAS threads; then calibrated, then τ measured on the held-out chat prompts.
-#    The head it started from (shipped until this run's head replaced it, 2026-12-02 evening) is
-#    copied into the cache from git first, so the run resumes and rebuilds from the same start.
-if [ "$MODE" = first ]; then  # finished: its head shipped, then replaced by step 7's
-  H=$S/eagle3-c
-  if ! running "distill --target $M --out-dir $S/chat2" && ! running "out-dir $H" \
-      && ! running "calibrate --head $H" && ! running "eagle3-head $H"; then
-    nohup nice -n 5 bash -c "
-      for t in 0 1; do  # two processes, one per core, each writing every other shard
+# Steps 6-8 share two pieces, each the text of a background shell's commands:
+# chat_answers NAME SEED: 100 + 100 shards of SmolLM2's own chat answers, greedy and T = 1, into
+#   $S/NAME-T0 and $S/NAME-T1 (each seed its own requests and passages), two processes, one per
+#   core, each writing every other shard.
+chat_answers() {
+  echo "
+      for t in 0 1; do
         for w in 1 0; do
-          minieagle distill --target $M --out-dir $S/chat2-T\$t --source chat --temperature \$t \
-            --seed 1 --shards 100 --shard-windows 64 --batch-size 32 --window-tokens 257 \
+          minieagle distill --target $M --out-dir $S/$1-T\$t --source chat --temperature \$t \
+            --seed $2 --shards 100 --shard-windows 64 --batch-size 32 --window-tokens 257 \
             --prompt-tokens 48 --keys 2,15,27,final --worker \$w/2 --quiet &
         done
         wait -n && wait -n || exit 1
-      done
-      if [ ! -d $S/start-eagle3 ]; then  # the head shipped before this run's (at 50b0ee1)
-        mkdir -p $S/start-eagle3
+      done"
+}
+# head_from_shipped TAG COMMIT DATA [FLAGS]: the EAGLE-3 head shipped at COMMIT (copied from git
+#   into $S/start-eagle3-TAG, so a run resumes and rebuilds from the same start) trained one pass
+#   over the answers DATA (`--init-from`, its draft vocabulary kept; FLAGS added: a width, a seed)
+#   with one schedule (warmup back to 3e-3, the last 320 of 3,200 steps of 4 x 256 decaying, 3
+#   TTT steps, two BLAS threads) into $S/eagle3-TAG; then calibrated, then τ measured on the
+#   held-out chat requests into $S/e3-TAG-tau.json.
+head_from_shipped() {
+  local H=$S/eagle3-$1 start=$S/start-eagle3-$1
+  echo "
+      if [ ! -d $start ]; then
+        rm -rf $start.tmp && mkdir -p $start.tmp
         for f in config.json model.safetensors calibration.json; do
-          git show 50b0ee1:minieagle/pretrained/smollm2-eagle3/\$f >$S/start-eagle3/\$f || exit 1
+          git show $2:minieagle/pretrained/smollm2-eagle3/\$f >$start.tmp/\$f || exit 1
         done
+        mv $start.tmp $start
       fi
       [ -f $H/final/model.safetensors ] || OPENBLAS_NUM_THREADS=2 minieagle train eagle3 \
-        --target $M --data features --features $S/chat2-T0 $S/chat2-T1 --init-from $S/start-eagle3 \
+        --target $M --data features --features $3 --init-from $start ${4:-} \
         --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps 320 --lr 3e-3 \
         --warmup-steps 50 --ttt-steps 3 --eval-every 400 --eval-batches 2 --save-every 25 \
-        --export-dtype float16 --out-dir $H >>$S/train-eagle3-c.log 2>&1 || exit 1
+        --export-dtype float16 --out-dir $H >>$S/train-eagle3-$1.log 2>&1 || exit 1
       [ -f $H/final/calibration.json ] || minieagle calibrate --head $H/final --model $M \
-        --fit-prompts 4 --val-prompts 6 --temperatures 0.35,0.5 >$S/calibrate-eagle3-c.log 2>&1
-      [ -f $S/e3-c-tau.json ] || python benchmarks/smollm2_methods.py --model $M \
-        --eagle3-head $H/final --eagle1-head minieagle/pretrained/smollm2-eagle1 \
-        --methods eagle3,eagle3-60,pld --no-cost-curve --repeats 1 \
-        --out $S/e3-c-tau.json >$S/methods-c.log 2>&1" >"$S/continue.log" 2>&1 &
-  fi
-fi
-# 7. SmolLM2's EAGLE-3 head wider: the shipped head (continued, step 6) with its MLP widened from
-#    1,536 to 3,072 units that start silent (`eagle3.widen_mlp`: the same function at step 0),
-#    trained one more pass over step 6's answers (the same schedule, two BLAS threads); then
-#    calibrated and measured as step 6. The tiny target's wider head led at equal steps
-#    (step 2c); here the pass is a second one over the same answers, so width and the second
-#    pass are not told apart. Its start is copied into the cache from git (the head shipped at
-#    1e81aac). Finished 2026-12-03 (τ 2.54 / 2.74 at 26 / 60 nodes, from 2.42 / 2.65): shipped
-#    as minieagle/pretrained/smollm2-eagle3.
-if [ "$MODE" = first ]; then  # finished: its head shipped
-  H=$S/eagle3-w
-  if ! running "out-dir $H" && ! running "calibrate --head $H" && ! running "eagle3-head $H"; then
-    nohup nice -n 5 bash -c "
-      if [ ! -d $S/start-eagle3-w ]; then
-        mkdir -p $S/start-eagle3-w
-        for f in config.json model.safetensors calibration.json; do
-          git show 1e81aac:minieagle/pretrained/smollm2-eagle3/\$f >$S/start-eagle3-w/\$f || exit 1
-        done
-      fi
-      [ -f $H/final/model.safetensors ] || OPENBLAS_NUM_THREADS=2 minieagle train eagle3 \
-        --target $M --data features --features $S/chat2-T0 $S/chat2-T1 \
-        --init-from $S/start-eagle3-w --head-intermediate-size 3072 --seed 2 \
-        --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps 320 --lr 3e-3 \
-        --warmup-steps 50 --ttt-steps 3 --eval-every 400 --eval-batches 2 --save-every 25 \
-        --export-dtype float16 --out-dir $H >>$S/train-eagle3-w.log 2>&1 || exit 1
-      [ -f $H/final/calibration.json ] || minieagle calibrate --head $H/final --model $M \
-        --fit-prompts 4 --val-prompts 6 --temperatures 0.35,0.5 >$S/calibrate-eagle3-w.log 2>&1
-      [ -f $S/e3-w-tau.json ] || python benchmarks/smollm2_methods.py --model $M \
+        --fit-prompts 4 --val-prompts 6 --temperatures 0.35,0.5 >$S/calibrate-eagle3-$1.log 2>&1
+      [ -f $S/e3-$1-tau.json ] || python benchmarks/smollm2_methods.py --model $M \
         --eagle3-head $H/final --eagle1-head minieagle/pretrained/smollm2-eagle1 \
         --methods eagle3,eagle3-60,eagle3-chain1,eagle3-chain3 --no-cost-curve --repeats 1 \
-        --out $S/e3-w-tau.json >$S/methods-w.log 2>&1" >"$S/wide.log" 2>&1 &
-  fi
+        --out $S/e3-$1-tau.json >$S/methods-$1.log 2>&1"
+}
+# start_smollm2_run TAG LOG [ANSWERS]: the commands on stdin in the background, unless a
+#   process of that run (its answers' distillation, training, calibration or τ) is running.
+start_smollm2_run() {
+  local H=$S/eagle3-$1
+  { [ -n "${3:-}" ] && running "distill --target $M --out-dir $S/$3"; } && return 0
+  running "out-dir $H" || running "calibrate --head $H" || running "eagle3-head $H" && return 0
+  nohup nice -n 5 bash -c "$(cat)" >"$S/$2" 2>&1 &
+}
+
+# 6. SmolLM2's EAGLE-3 head continued on NEW answers (the cache of steps 3-5 was lost with its
+#    machine on 2026-12-02, the second pass at step 3,575 of 6,400 among it): 100 + 100 more
+#    shards from other requests and passages (seed 1; steps 3-5 used seed 0), then the head
+#    shipped at 50b0ee1 trained over them. Finished 2026-12-02 (τ 2.42 / 2.65 at 26 / 60
+#    nodes, from 2.39 / 2.54): shipped that evening, replaced by step 7's head.
+if [ "$MODE" = first ]; then
+  { chat_answers chat2 1; head_from_shipped c 50b0ee1 "$S/chat2-T0 $S/chat2-T1"; } \
+    | start_smollm2_run c continue.log chat2
+fi
+# 7. SmolLM2's EAGLE-3 head wider: step 6's head (shipped at 1e81aac) with its MLP widened from
+#    1,536 to 3,072 units that start silent (`eagle3.widen_mlp`: the same function at step 0),
+#    trained one more pass over step 6's answers. The tiny target's wider head led at equal
+#    steps (step 2c); here the pass is a second one over the same answers, so width and the
+#    second pass are not told apart. Finished 2026-12-03 (τ 2.54 / 2.74 at 26 / 60 nodes, from
+#    2.42 / 2.65): shipped as minieagle/pretrained/smollm2-eagle3.
+if [ "$MODE" = first ]; then
+  head_from_shipped w 1e81aac "$S/chat2-T0 $S/chat2-T1" "--head-intermediate-size 3072 --seed 2" \
+    | start_smollm2_run w wide.log
 fi
 # 8. The wider head on NEW answers. On the tiny target the wider head kept rising with every
 #    doubling of data where the head at the target's width had flattened (step 2c); SmolLM2's
 #    narrower head flattened too (step 6: +1-4 % from 3.3M new tokens). So: 100 + 100 more
-#    shards of SmolLM2's chat answers, greedy and T = 1, from other requests and passages
-#    (seed 2; chat2 used seed 1), then the shipped wider head (step 7, copied from git at
-#    6e04c1e) trained one pass over them with the same schedule, then calibrated and
-#    measured as steps 6-7. Each distill process is one core; both cores about 2.2 hours, then
-#    about 2.3 hours of training.
+#    shards (seed 2; chat2 used seed 1), then the shipped wider head (step 7's, at 6e04c1e)
+#    trained one pass over them. About 2.2 hours of both cores for the answers, then about 2.3
+#    hours of training.
 if [ "$MODE" = continue ]; then
-  H=$S/eagle3-n
-  if ! running "distill --target $M --out-dir $S/chat3" && ! running "out-dir $H" \
-      && ! running "calibrate --head $H" && ! running "eagle3-head $H"; then
-    nohup nice -n 5 bash -c "
-      for t in 0 1; do  # two processes, one per core, each writing every other shard
-        for w in 1 0; do
-          minieagle distill --target $M --out-dir $S/chat3-T\$t --source chat --temperature \$t \
-            --seed 2 --shards 100 --shard-windows 64 --batch-size 32 --window-tokens 257 \
-            --prompt-tokens 48 --keys 2,15,27,final --worker \$w/2 --quiet &
-        done
-        wait -n && wait -n || exit 1
-      done
-      if [ ! -d $S/start-eagle3-n ]; then
-        mkdir -p $S/start-eagle3-n.tmp
-        for f in config.json model.safetensors calibration.json; do
-          git show 6e04c1e:minieagle/pretrained/smollm2-eagle3/\$f >$S/start-eagle3-n.tmp/\$f || exit 1
-        done
-        mv $S/start-eagle3-n.tmp $S/start-eagle3-n
-      fi
-      [ -f $H/final/model.safetensors ] || OPENBLAS_NUM_THREADS=2 minieagle train eagle3 \
-        --target $M --data features --features $S/chat3-T0 $S/chat3-T1 \
-        --init-from $S/start-eagle3-n --seed 3 \
-        --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps 320 --lr 3e-3 \
-        --warmup-steps 50 --ttt-steps 3 --eval-every 400 --eval-batches 2 --save-every 25 \
-        --export-dtype float16 --out-dir $H >>$S/train-eagle3-n.log 2>&1 || exit 1
-      [ -f $H/final/calibration.json ] || minieagle calibrate --head $H/final --model $M \
-        --fit-prompts 4 --val-prompts 6 --temperatures 0.35,0.5 >$S/calibrate-eagle3-n.log 2>&1
-      [ -f $S/e3-n-tau.json ] || python benchmarks/smollm2_methods.py --model $M \
-        --eagle3-head $H/final --eagle1-head minieagle/pretrained/smollm2-eagle1 \
-        --methods eagle3,eagle3-60,eagle3-chain1,eagle3-chain3 --no-cost-curve --repeats 1 \
-        --out $S/e3-n-tau.json >$S/methods-n.log 2>&1" >"$S/new-data.log" 2>&1 &
-  fi
+  { chat_answers chat3 2; head_from_shipped n 6e04c1e "$S/chat3-T0 $S/chat3-T1" "--seed 3"; } \
+    | start_smollm2_run n new-data.log chat3
 fi
 echo "started ($MODE); see: bash benchmarks/heads_at_scale.sh status"

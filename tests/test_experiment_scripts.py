@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -255,7 +256,20 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
 
     script = BENCHMARKS / "heads_at_scale.sh"
     subprocess.run(["bash", "-n", str(script)], check=True)
-    text = script.read_text().replace("\\\n", " ").replace("\\$", "$")
+    raw = script.read_text()
+    # the shell functions that write a run's commands: their text as each call writes it
+    functions = re.findall(r"^[a-z_]+\(\) \{\n.*?^\}\n", raw, flags=re.M | re.S)
+    assert len(functions) >= 2
+    lines = raw.splitlines(keepends=True)
+    code = "".join(line for line in lines if not line.lstrip().startswith("#"))
+    calls = re.findall(r"(?:chat_answers|head_from_shipped) [^;|\n]*", code)
+    assert len(calls) >= 5
+    env = {**os.environ, "S": "/S", "M": "/M"}
+    written = subprocess.run(["bash", "-c", "".join(functions) + "\n".join(calls)], check=True,
+                             capture_output=True, text=True, env=env).stdout  # fmt: skip
+    for function in functions:
+        raw = raw.replace(function, "")
+    text = (raw + written).replace("\\\n", " ").replace("\\$", "$")
     text = re.sub(r"--temperature \$t", "--temperature 1", text)  # the loop's 0 and 1
     text = re.sub(r"--worker \$w/", "--worker 1/", text)  # the loop's workers 0 and 1
     text = re.sub(r"\$\{?[A-Za-z_]+\}?", "X", text)
@@ -530,6 +544,8 @@ def test_fastest_methods_rows_are_the_flags_they_were_measured_with(monkeypatch)
     defaults = vars(parser.parse_args(["chat", "--prompt", "x"]))
     for row, (method, flags) in script.ROWS.items():
         assert set(flags) <= set(defaults), row
+        named = parser.parse_args(["chat", "--prompt", "x", "--method", method])
+        assert named.method == method, row
     measured = cli.methods("E1", "E3")
     for row in ("eagle3-chain1", "eagle3-chain2"):
         ran = vars(parser.parse_args(["chat", "--prompt", "x", *measured[row]]))
