@@ -258,7 +258,8 @@ head_from_shipped() {
         --out $S/e3-$1-tau.json >$S/methods-$1.log 2>&1"
 }
 # start_smollm2_run TAG LOG [ANSWERS]: the commands on stdin in the background, unless a
-#   process of that run (its answers' distillation, training, calibration or τ) is running.
+#   process of that run (its answers' distillation, training, calibration or τ, or the
+#   background shell itself, whose command holds them all) is running.
 start_smollm2_run() {
   local H=$S/eagle3-$1
   { [ -n "${3:-}" ] && running "distill --target $M --out-dir $S/$3"; } && return 0
@@ -271,19 +272,18 @@ start_smollm2_run() {
 #    shards from other requests and passages (seed 1; steps 3-5 used seed 0), then the head
 #    shipped at 50b0ee1 trained over them. Finished 2026-12-02 (τ 2.42 / 2.65 at 26 / 60
 #    nodes, from 2.39 / 2.54): shipped that evening, replaced by step 7's head.
-if [ "$MODE" = first ]; then
-  { chat_answers chat2 1; head_from_shipped c 50b0ee1 "$S/chat2-T0 $S/chat2-T1"; } \
-    | start_smollm2_run c continue.log chat2
-fi
 # 7. SmolLM2's EAGLE-3 head wider: step 6's head (shipped at 1e81aac) with its MLP widened from
 #    1,536 to 3,072 units that start silent (`eagle3.widen_mlp`: the same function at step 0),
 #    trained one more pass over step 6's answers. The tiny target's wider head led at equal
 #    steps (step 2c); here the pass is a second one over the same answers, so width and the
 #    second pass are not told apart. Finished 2026-12-03 (τ 2.54 / 2.74 at 26 / 60 nodes, from
 #    2.42 / 2.65): shipped as minieagle/pretrained/smollm2-eagle3.
+#    Steps 6 and 7 run one after the other in one background shell (step 7 reads step 6's
+#    answers); a process whose command names $S/eagle3-w, that shell among them, means it runs.
 if [ "$MODE" = first ]; then
-  head_from_shipped w 1e81aac "$S/chat2-T0 $S/chat2-T1" "--head-intermediate-size 3072 --seed 2" \
-    | start_smollm2_run w wide.log
+  { chat_answers chat2 1; head_from_shipped c 50b0ee1 "$S/chat2-T0 $S/chat2-T1"
+    head_from_shipped w 1e81aac "$S/chat2-T0 $S/chat2-T1" "--head-intermediate-size 3072 --seed 2"
+  } | start_smollm2_run w continue.log chat2
 fi
 # 8. The wider head on NEW answers. On the tiny target the wider head kept rising with every
 #    doubling of data where the head at the target's width had flattened (step 2c); SmolLM2's
