@@ -32,6 +32,10 @@ Prompt sources:
 - "chat": a request about such a passage (one of `CHAT_REQUESTS`), rendered with the target's
   chat template and continued by its answer (an instruct model such as SmolLM2). The answer is
   not cut at the end of its turn: the target's continuation after it is its own text too.
+  With `split` "val", "test" or "ood", "corpus" and "chat" draw their passages from the
+  corpora's validation or test splits or from other packages' docs and code
+  (data/ood_prompts.jsonl) instead: held-out sets of the same kind as the training data, on
+  which `benchmarks/chat_acceptance.py` measures a head's acceptance.
 - "corpus-windows": no sampling at all: non-overlapping windows tiling the training splits,
   their features recorded (teacher forcing), so corpus and self-distilled data train side by side
   from the same kind of shard.
@@ -58,6 +62,10 @@ from minieagle.feature_cache import FeatureCache, key_file_name
 RUN_FILE = "distill.json"
 FORMAT = "minieagle-distill-1"
 SOURCES = ("corpus", "chat", "corpus-windows")
+# where "corpus" and "chat" prompts draw their passages: the bundled corpora's splits, or the
+# out-of-domain passages of data/ood_prompts.jsonl (24 of each kind, from other packages);
+# heads train on "train", and "val", "test" and "ood" make held-out sets of the same kind
+SPLITS = ("train", "val", "test", "ood")
 
 # with source "chat": the user's request, {passage} filled with a corpus passage; varied, so the
 # head meets answers to many kinds of request, not one
@@ -93,12 +101,23 @@ class DistillConfig:
     seed: int = 0
     max_train_chars: int = 0  # 0 = the whole training split (tests pass a small prefix)
     chat_template: str = ""  # "chat": a template file; "" = the target's own
+    split: str = "train"  # where prompts' passages come from: one of SPLITS
 
     def __post_init__(self) -> None:
         self.corpora = tuple(self.corpora)
         self.keys = tuple(self.keys)
         if self.source not in SOURCES:
             raise InvalidInputError(f"source={self.source!r} is not one of {SOURCES}")
+        if self.split not in SPLITS:
+            raise InvalidInputError(
+                f"split={self.split!r} is not one of {SPLITS}; pass 'train' for training data "
+                "or 'val' / 'test' / 'ood' for a held-out set"
+            )
+        if self.split != "train" and self.source == "corpus-windows":
+            raise InvalidInputError(
+                f"split={self.split!r} with source 'corpus-windows': that source tiles the "
+                "training splits; pass split 'train', or source 'corpus' or 'chat'"
+            )
         for name in ("shards", "shard_windows", "batch_size", "prompt_tokens"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -276,14 +295,18 @@ class _PromptSource:
 def _prompt_source(cfg: DistillConfig, tokenizer, out_dir: Path) -> _PromptSource:
     from minieagle.train import token_stream
 
-    streams = [
-        token_stream(tokenizer, c, "train", out_dir, cfg.max_train_chars)[0] for c in cfg.corpora
-    ]
+    if cfg.split == "ood":
+        streams = [_ood_stream(tokenizer, c, cfg.max_train_chars) for c in cfg.corpora]
+    else:
+        streams = [
+            token_stream(tokenizer, c, cfg.split, out_dir, cfg.max_train_chars)[0]
+            for c in cfg.corpora
+        ]
     for corpus, stream in zip(cfg.corpora, streams, strict=True):
         if len(stream) <= cfg.prompt_tokens + 1:
             raise InvalidInputError(
-                f"the {corpus} training split has {len(stream)} tokens, too few for prompts of "
-                f"{cfg.prompt_tokens}; raise max_train_chars (0 = all)"
+                f"the {corpus} {cfg.split} split has {len(stream)} tokens, too few for prompts "
+                f"of {cfg.prompt_tokens}; raise max_train_chars (0 = all) or lower prompt_tokens"
             )
     source = _PromptSource(cfg, streams)
     if cfg.source == "chat":
@@ -299,6 +322,24 @@ def _prompt_source(cfg: DistillConfig, tokenizer, out_dir: Path) -> _PromptSourc
         )
         source.tiles = (windows, sources)
     return source
+
+
+def _ood_stream(tokenizer, corpus: str, max_chars: int = 0) -> np.ndarray:
+    """The out-of-domain passages of one kind ("prose" or "code") in data/ood_prompts.jsonl,
+    as one stream of ids like a corpus split's (`train.encode_documents`)."""
+    from minieagle.bench import _ood_records
+    from minieagle.data import Document
+    from minieagle.train import encode_documents
+
+    records = [r for r in _ood_records() if r["kind"] == corpus]
+    if not records:
+        kinds = sorted({r["kind"] for r in _ood_records()})
+        raise InvalidInputError(
+            f"data/ood_prompts.jsonl has no {corpus!r} passages (it has {kinds}); pass corpora "
+            "among those with split 'ood'"
+        )
+    documents = [Document(text=r["text"], source=r["source"]) for r in records]
+    return encode_documents(tokenizer, documents, max_chars)
 
 
 def shards_available(cfg: DistillConfig, source: _PromptSource) -> int:
@@ -318,11 +359,17 @@ def provenance(cfg: DistillConfig, fingerprint: str) -> dict:
     record.pop("shards")  # more shards extend a run; they do not change it
     record.pop("out_dir")
     record["target"] = str(Path(cfg.target).resolve())
+    passages, licence = {
+        "train": ("the bundled corpora's training splits", "PSF licence"),
+        "val": ("the bundled corpora's validation splits", "PSF licence"),
+        "test": ("the bundled corpora's test splits", "PSF licence"),
+        "ood": ("other packages' docs and code", "licences in data/ood_prompts.jsonl"),
+    }[cfg.split]
     sources = {
-        "corpus": "random windows of the bundled corpora's training splits (PSF licence)",
-        "chat": "requests about passages of the bundled corpora's training splits, rendered "
-        "with the target's chat template (CHAT_REQUESTS in minieagle/distill.py)",
-        "corpus-windows": "the bundled corpora's training splits, tiled (no sampling)",
+        "corpus": f"random windows of {passages} ({licence})",
+        "chat": f"requests about passages of {passages}, rendered with the target's chat "
+        "template (CHAT_REQUESTS in minieagle/distill.py)",
+        "corpus-windows": f"{passages}, tiled (no sampling)",
     }
     record.update(
         format=FORMAT,
@@ -343,6 +390,7 @@ def _check_provenance(out_dir: Path, record: dict) -> None:
     # no template recorded as null (runs written through the Python API) or "" (the CLI):
     # both mean the target's own
     recorded["chat_template"] = recorded.get("chat_template") or ""
+    recorded.setdefault("split", "train")  # runs from before splits drew from "train"
     changed = [k for k in record if k not in ignore and recorded.get(k) != record[k]]
     if changed:
         raise InvalidInputError(

@@ -201,15 +201,62 @@ def test_a_run_recorded_with_a_null_template_resumes(tmp_path):
         run_distill(_cfg(tmp_path, shards=3, chat_template="other.jinja"), progress=False)
 
 
+def _contains(stream: np.ndarray, piece: np.ndarray) -> bool:
+    """Whether `piece` occurs in `stream` as a contiguous run of ids."""
+    runs = np.lib.stride_tricks.sliding_window_view(stream, len(piece))
+    return bool((runs == piece).all(axis=1).any())
+
+
+@pytest.mark.parametrize("split", ["val", "test", "ood"])
+def test_held_out_splits_draw_their_prompts_from_their_own_text(tmp_path, split):
+    """With split val / test / ood every prompt is a window of that text, not of the training
+    split (12-token windows: a chance match across splits is out of reach)."""
+    from minieagle.distill import _ood_stream
+    from minieagle.train import token_stream
+
+    cfg = _cfg(tmp_path, split=split, shards=1, window_tokens=14, prompt_tokens=12,
+               keys=("final",), max_train_chars=0)  # fmt: skip
+    run_distill(cfg, progress=False)
+    _, _, tokenizer = load_checkpoint(SMALL)
+    windows = np.load(shard_dir(cfg.out_dir, 0) / "windows.npy")
+    streams = np.load(shard_dir(cfg.out_dir, 0) / "stream.npy")
+    for row, which in zip(windows, streams, strict=True):
+        corpus = cfg.corpora[which]
+        text = (_ood_stream(tokenizer, corpus) if split == "ood"
+                else token_stream(tokenizer, corpus, split, None)[0])  # fmt: skip
+        train = token_stream(tokenizer, corpus, "train", None)[0]
+        assert _contains(text, row[:12]) and not _contains(train, row[:12])
+    record = json.loads((Path(cfg.out_dir) / "distill.json").read_text())
+    assert record["split"] == split and "training" not in record["prompt_source"]
+
+
+def test_a_run_from_before_splits_resumes_as_train_and_another_split_is_refused(tmp_path):
+    run_distill(_cfg(tmp_path, shards=1), progress=False)
+    path = tmp_path / "run" / "distill.json"
+    record = json.loads(path.read_text())
+    assert record["split"] == "train"
+    del record["split"]  # written before the setting existed
+    path.write_text(json.dumps(record))
+    assert run_distill(_cfg(tmp_path, shards=2), progress=False)["shards_written"] == 1
+    with pytest.raises(InvalidInputError, match="split"):
+        run_distill(_cfg(tmp_path, shards=3, split="val"), progress=False)
+
+
 @pytest.mark.parametrize(
     ("field", "value", "match"),
-    [("source", "web", "source"), ("shards", 0, "shards"), ("temperature", -1.0, "temperature"),
+    [("split", "validation", "split='validation' is not one of"),
+     ("source", "web", "source"), ("shards", 0, "shards"), ("temperature", -1.0, "temperature"),
      ("prompt_tokens", 17, "prompt_tokens"), ("keys", (), "keys"),
      ("keys", ("final", "final"), "twice"), ("out_dir", "", "out_dir is empty")],
 )  # fmt: skip
 def test_bad_settings_name_the_value(tmp_path, field, value, match):
     with pytest.raises(InvalidInputError, match=match):
         _cfg(tmp_path, **{field: value})
+
+
+def test_held_out_splits_do_not_tile(tmp_path):
+    with pytest.raises(InvalidInputError, match="tiles the training splits"):
+        _cfg(tmp_path, source="corpus-windows", split="val")
 
 
 def test_a_file_where_the_run_directory_should_be_is_refused(tmp_path):

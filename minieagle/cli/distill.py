@@ -25,6 +25,7 @@ def cmd_distill(args) -> int:
         batch_size=args.batch_size,
         seed=args.seed,
         chat_template=args.template or "",
+        split=args.split,
     )
     summary = run_distill(cfg, progress=not args.quiet, worker=args.worker)
     print(json.dumps(summary, indent=2))
@@ -43,7 +44,7 @@ def _worker(text: str) -> tuple[int, int]:
 
 
 def add_parser(sub) -> None:
-    from minieagle.distill import SOURCES
+    from minieagle.distill import SOURCES, SPLITS
 
     p = sub.add_parser(
         "distill",
@@ -63,6 +64,14 @@ def add_parser(sub) -> None:
         help="corpus: continue training-split windows; chat: answer requests "
         "rendered with the chat template; corpus-windows: record the training "
         "splits' own windows (no sampling)",
+    )
+    p.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="train",
+        help="where the prompts' passages come from: the corpora's train (the heads' data), "
+        "val or test split, or ood (other packages' docs and code): the last three make "
+        "held-out sets (train)",
     )
     p.add_argument(
         "--shards",
