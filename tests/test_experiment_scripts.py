@@ -672,3 +672,54 @@ def test_the_head_speed_script_benches_heads_side_by_side(scripts, tmp_path):
         speed.main(["--eagle3", "=small-eagle3"])
     with pytest.raises(InvalidInputError, match="--chain -1"):
         speed.main(["--eagle3", "small-eagle3", "--chain", "-1"])
+
+
+def test_chat_acceptance_finds_each_answer_and_its_end_of_turn(scripts):
+    acceptance = importlib.import_module("chat_acceptance")
+    windows = np.array([[5, 1, 2, 3, 7, 8, 1, 9, 9],
+                        [5, 5, 5, 5, 5, 5, 5, 5, 5],
+                        [1, 2, 3, 4, 4, 4, 4, 4, 4]])  # fmt: skip
+    starts, stops = acceptance.answer_spans(windows, [1, 2, 3])
+    assert starts.tolist() == [4, -1, 3]
+    assert stops.tolist() == [7, 9, 9]  # one past the end-of-turn id (the cue's first), or the end
+
+
+def test_chat_acceptance_scores_what_the_training_metric_scores(scripts, tmp_path):
+    """benchmarks/chat_acceptance.py's forward-only scores over a held-out set equal
+    `eagle3.ttt_loss`'s top1 and accept under the same mask, at every TTT step; the mean's
+    error bar is over windows."""
+    from minieagle import model
+    from minieagle.checkpoint import load_checkpoint
+    from minieagle.distill import DistillConfig, open_shards, run_distill
+    from minieagle.heads import eagle3
+    from minieagle.heads.eagle3_io import load_eagle3_head
+
+    acceptance = importlib.import_module("chat_acceptance")
+    pretrained = Path(__file__).resolve().parents[1] / "minieagle" / "pretrained"
+    run = tmp_path / "heldout"
+    run_distill(DistillConfig(target=str(pretrained / "small"), out_dir=str(run), split="val",
+                              shards=1, shard_windows=5, window_tokens=33, prompt_tokens=8,
+                              temperature=0.0, keys=(2, 6, 9, "final"), batch_size=5,
+                              max_train_chars=20_000), progress=False)  # fmt: skip
+    params, config, _ = load_checkpoint(pretrained / "small")
+    head, cfg, vocab = load_eagle3_head(pretrained / "small-eagle3", target_config=config)
+
+    def spans(windows):  # answers of several lengths, from each window's own tokens
+        return np.full(len(windows), 8), 12 + windows[:, 1] % 22
+
+    got = acceptance.evaluate(params, {"h": (head, cfg, vocab)}, run, spans, steps=3,
+                              batch_size=2)["h"]  # fmt: skip
+    shard = open_shards([str(run)])[0]
+    windows = np.asarray(shard.windows[:], dtype=np.int64)
+    hidden = {k: np.asarray(shard.hidden[k][:], dtype=np.float32) for k in shard.keys}
+    label = np.arange(32)[None, :] + 2
+    mask = (label >= 8) & (label < spans(windows)[1][:, None])
+    fused = eagle3.fuse_features(hidden, cfg.aux_layers)[:, :-1]
+    target_logits = hidden["final"][:, 1:] @ model.lm_head_weight(params).T
+    _, parts, _ = eagle3.ttt_loss(head, cfg, params, vocab, windows, fused, target_logits, mask,
+                                  steps=3)  # fmt: skip
+    assert [m for m, _ in got["top1"]] == pytest.approx(parts["top1"], abs=1e-9)
+    assert [m for m, _ in got["accept"]] == pytest.approx(parts["accept"], abs=1e-6)
+    assert got["positions"] == int(mask.sum()) and got["windows"] == 5
+    assert all(0 < e < 0.5 for _, e in got["top1"])
+    assert 0.9 < got["covered"][0] <= 1.0

@@ -1,0 +1,286 @@
+"""EAGLE-3 heads' acceptance on held-out chat answers the target wrote itself, no decoding needed.
+
+τ on a handful of chat requests (`benchmarks/smollm2_methods.py`) is what a user sees, but six
+requests of 64 tokens are a few hundred drafts: too few to tell two heads apart by a few
+percent or to draw a trend through. This reads a held-out set made by `minieagle distill
+--split val|test|ood` (the same kind of data the heads train on: requests about passages,
+answered by the target; the passages from the corpora's validation or test splits or from
+other packages' docs and code) and, for each head, unrolls it over every window as training
+does (`eagle3._ttt_forward`: step 0 reads the target's fused features, step s its own output
+s steps along the teacher-forced chain), scoring only positions inside the target's answers,
+up to and with its end-of-turn token:
+
+- top1_s: the draft's argmax is the target's (over the full vocabulary). At T = 0 step 0's
+  top1 is exactly the acceptance rate of a chain of one draft, so `1 + top1_0` is its τ;
+- accept_s: sum_v min(p_v, q_v), the chance that a draft sampled from the head is accepted by
+  speculative sampling (the T = 1 chain's acceptance);
+- covered: the share of the target's argmax tokens inside the head's draft vocabulary, the
+  ceiling on top1.
+
+Each figure is a mean over answer positions with its standard error over windows (the windows
+are independent; a window's positions are not). The target's logits come from the recorded
+final features through its LM head, once per batch for all heads.
+
+    S=~/.cache/minieagle/runs/smollm2 M=~/.cache/minieagle/models/smollm2-135m-instruct
+    OPENBLAS_NUM_THREADS=1 python benchmarks/chat_acceptance.py --model $M \\
+        --head 3.3M=git:92cc63d:minieagle/pretrained/smollm2-eagle3 \\
+        --head wide=minieagle/pretrained/smollm2-eagle3 \\
+        --data $S/heldout-val-T0 $S/heldout-ood-T0 --out docs/results/chat-acceptance.json
+
+A head is LABEL=DIR, or LABEL=git:COMMIT:PATH for a head as a commit shipped it (read with
+`git show` into a temporary directory). `--tokens LABEL=N` records how many training tokens a
+head saw, and `--plot` draws top1_0 / accept_0 against them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from minieagle import layers, model
+from minieagle.chat import encode_chat, load_chat_template
+from minieagle.checkpoint import load_checkpoint
+from minieagle.distill import RUN_FILE, open_shards
+from minieagle.errors import InvalidInputError
+from minieagle.heads import eagle3
+from minieagle.heads.eagle3_io import load_eagle3_head
+
+HEAD_FILES = ("config.json", "model.safetensors")
+
+
+def head_directory(spec: str, scratch: Path) -> Path:
+    """DIR as given, or git:COMMIT:PATH written out of git into `scratch`."""
+    if not spec.startswith("git:"):
+        return Path(spec).expanduser()
+    _, commit, path = spec.split(":", 2)
+    out = scratch / f"{commit}-{path.replace('/', '_')}"
+    out.mkdir(parents=True, exist_ok=True)
+    for name in HEAD_FILES:
+        done = subprocess.run(["git", "show", f"{commit}:{path}/{name}"], capture_output=True,
+                              check=False)  # fmt: skip
+        if done.returncode != 0:
+            raise InvalidInputError(
+                f"{spec}: git show {commit}:{path}/{name} failed ({done.stderr.decode().strip()}); "
+                "pass a commit and a head directory that it holds"
+            )
+        (out / name).write_bytes(done.stdout)
+    return out
+
+
+def assistant_cue(tokenizer, template: str) -> list[int]:
+    """The ids every rendered request ends with (the template's cue for the answer): the longest
+    common suffix of two requests rendered alone."""
+    a = encode_chat(tokenizer, template, [{"role": "user", "content": "Say yes"}])
+    b = encode_chat(tokenizer, template, [{"role": "user", "content": "Tell me a story?"}])
+    n = 0
+    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+        n += 1
+    if n == 0:
+        raise InvalidInputError("the chat template adds no common ending to requests; no cue")
+    return a[-n:]
+
+
+def answer_spans(windows: np.ndarray, cue: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Per window, (start, stop): the answer's first token (just after the first cue) and one
+    past its end-of-turn token (the cue's first id, which closes every turn), or the window's
+    end. The target's text after its turn (distill keeps writing) is what no chat decodes, so
+    it is not scored. start = -1 where the cue is missing."""
+    k = len(cue)
+    runs = np.lib.stride_tricks.sliding_window_view(windows, k, axis=1)  # [B, W - k + 1, k]
+    hit = (runs == np.asarray(cue)).all(axis=-1)
+    starts = np.where(hit.any(axis=1), hit.argmax(axis=1) + k, -1)
+    index = np.arange(windows.shape[1])[None, :]
+    ends = (windows == cue[0]) & (index >= np.maximum(starts, 0)[:, None])
+    stops = np.where(ends.any(axis=1), ends.argmax(axis=1) + 1, windows.shape[1])
+    return starts, stops
+
+
+def score_batch(step_logits, vocab, target_top, target_on_draft, mask) -> list[dict]:
+    """Per step s: per window, (sum of top1, sum of accept, positions) over rows t with
+    mask[t + s] (row t at step s drafts the token the target's row t + s predicts)."""
+    out = []
+    for s, logits in enumerate(step_logits):
+        T = logits.shape[1] - s
+        weights = mask[:, s:].astype(np.float64)
+        draft_top = eagle3.draft_to_target(np.argmax(logits[:, :T], axis=-1), vocab)
+        agree = (draft_top == target_top[:, s:]).astype(np.float64)
+        q = layers.softmax(logits[:, :T].astype(np.float64))
+        overlap = np.minimum(q, target_on_draft[:, s:]).sum(axis=-1)
+        out.append(
+            {
+                "top1": (agree * weights).sum(axis=1),
+                "accept": (overlap * weights).sum(axis=1),
+                "n": weights.sum(axis=1),
+            }
+        )
+    return out
+
+
+def mean_and_error(sums: np.ndarray, counts: np.ndarray) -> tuple[float, float]:
+    """Pooled mean over positions and its standard error over windows (ratio estimator)."""
+    keep = counts > 0
+    sums, counts = sums[keep], counts[keep]
+    mean = sums.sum() / counts.sum()
+    k = len(counts)
+    if k < 2:
+        return float(mean), float("nan")
+    resid = (sums - mean * counts) / counts.mean()
+    return float(mean), float(np.sqrt((resid**2).sum() / (k * (k - 1))))
+
+
+def evaluate(target_params, heads: dict, data_dir: Path, spans, *, steps: int,
+             batch_size: int, max_windows: int = 0) -> dict:  # fmt: skip
+    """{label: {"top1": [(mean, se)] per step, "accept": ..., "covered": (mean, se),
+    "positions": n, "windows": k}} for every head (label: (head, cfg, vocab)) on one held-out
+    set; spans(windows) -> (start, stop) per window: the tokens scored (`answer_spans`)."""
+    shards = open_shards([str(data_dir)])
+    if not shards:
+        raise InvalidInputError(f"{data_dir} has no complete shard yet; wait for the distill run")
+    lm_head = model.lm_head_weight(target_params)  # [V, d]
+    per_head = {label: [{"top1": [], "accept": [], "n": []} for _ in range(steps)]
+                for label in heads}  # fmt: skip
+    covered = {label: ([], []) for label in heads}
+    seen = 0
+    for cache in shards:
+        for first in range(0, len(cache), batch_size):
+            if max_windows and seen >= max_windows:
+                break
+            rows = np.arange(first, min(first + batch_size, len(cache)))
+            if max_windows:
+                rows = rows[: max_windows - seen]
+            seen += len(rows)
+            windows = np.asarray(cache.windows[rows], dtype=np.int64)  # [B, W]
+            hidden = {key: np.asarray(cache.hidden[key][rows], dtype=np.float32)
+                      for key in cache.keys}  # fmt: skip
+            starts, stops = spans(windows)
+            T = windows.shape[1] - 1
+            # target row r predicts token r + 2: scored where that token is the answer's
+            label = np.arange(T)[None, :] + 2
+            mask = (label >= starts[:, None]) & (label < stops[:, None]) & (starts[:, None] >= 0)
+            target_logits = hidden["final"][:, 1:] @ lm_head.T  # [B, T, V]
+            target_top = target_logits.argmax(axis=-1)
+            target_probs = layers.softmax(target_logits.astype(np.float64))
+            del target_logits
+            for label, (head, cfg, vocab) in heads.items():
+                fused = eagle3.fuse_features(hidden, cfg.aux_layers)[:, :-1]
+                step_logits, _ = eagle3._ttt_forward(head, cfg, target_params, windows, fused,
+                                                     steps=steps)  # fmt: skip
+                on_draft = np.take(target_probs, vocab.ids, axis=-1)
+                for s, scores in enumerate(score_batch(step_logits, vocab, target_top,
+                                                       on_draft, mask)):  # fmt: skip
+                    for name in ("top1", "accept", "n"):
+                        per_head[label][s][name].append(scores[name])
+                inside = np.take(vocab.t2d, target_top).astype(np.float64)
+                covered[label][0].append((inside * mask).sum(axis=1))
+                covered[label][1].append(mask.sum(axis=1).astype(np.float64))
+    results = {}
+    for label, per_step in per_head.items():
+        record = {"top1": [], "accept": []}
+        for scores in per_step:
+            n = np.concatenate(scores["n"])
+            for name in ("top1", "accept"):
+                record[name].append(mean_and_error(np.concatenate(scores[name]), n))
+        counts = np.concatenate(covered[label][1])
+        record["covered"] = mean_and_error(np.concatenate(covered[label][0]), counts)
+        record["positions"] = int(counts.sum())
+        record["windows"] = int((counts > 0).sum())
+        results[label] = record
+    return results
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tokens = report["tokens"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    panels = [("top1", "greedy: top-1 = acceptance of a chain of 1"),
+              ("accept", "sampled: Σ min(p, q), T = 1")]  # fmt: skip
+    for ax, (metric, title) in zip(axes, panels, strict=True):
+        for name, sets in report["sets"].items():
+            labels = [lb for lb in sets if lb in tokens]
+            x = [tokens[lb] for lb in labels]
+            y = [sets[lb][metric][0][0] for lb in labels]
+            e = [sets[lb][metric][0][1] for lb in labels]
+            ax.errorbar(x, y, yerr=e, marker="o", capsize=3, label=name)
+            for lb, xi, yi in zip(labels, x, y, strict=True):
+                ax.annotate(lb, (xi, yi), textcoords="offset points", xytext=(4, -10), fontsize=7)
+        ax.set_xscale("log")
+        ax.set_xlabel("training tokens the head saw")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("first draft's acceptance (answer positions)")
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", required=True, help="the target's checkpoint directory")
+    p.add_argument("--head", action="append", required=True, metavar="LABEL=DIR",
+                   help="an EAGLE-3 head (DIR or git:COMMIT:PATH); repeat for more")  # fmt: skip
+    p.add_argument("--data", nargs="+", required=True, help="held-out distill run directories")
+    p.add_argument("--tokens", action="append", default=[], metavar="LABEL=N",
+                   help="training tokens a head saw (for the plot)")  # fmt: skip
+    p.add_argument("--steps", type=int, default=3, help="TTT steps unrolled (3)")
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--max-windows", type=int, default=0, help="per set; 0 = all")
+    p.add_argument("--out", type=Path, help="JSON report")
+    p.add_argument("--plot", type=Path, help="PNG: step 0 against --tokens")
+    args = p.parse_args(argv)
+
+    params, config, tokenizer = load_checkpoint(args.model)
+    cue = assistant_cue(tokenizer, load_chat_template(args.model, tokenizer))
+    scratch = Path(tempfile.mkdtemp(prefix="chat-acceptance-"))
+    heads, specs = {}, {}
+    for item in args.head:
+        label, sep, spec = item.partition("=")
+        if not sep:
+            raise InvalidInputError(f"--head {item!r}: expected LABEL=DIR, e.g. wide=DIR")
+        heads[label] = load_eagle3_head(head_directory(spec, scratch), target_config=config)
+        specs[label] = spec
+    tokens = {}
+    for item in args.tokens:
+        label, _, n = item.partition("=")
+        tokens[label] = float(n)
+    report = {"model": args.model, "heads": specs, "tokens": tokens, "steps": args.steps,
+              "sets": {}, "provenance": {}}  # fmt: skip
+    for data in args.data:
+        directory = Path(data).expanduser()
+        started = time.perf_counter()
+        results = evaluate(params, heads, directory, lambda w: answer_spans(w, cue),
+                           steps=args.steps, batch_size=args.batch_size,
+                           max_windows=args.max_windows)  # fmt: skip
+        record = json.loads((directory / RUN_FILE).read_text())
+        name = directory.name
+        report["sets"][name] = results
+        kept = ("split", "temperature", "seed", "prompt_source")
+        report["provenance"][name] = {k: record.get(k) for k in kept}
+        print(f"{name} (split {record.get('split', 'train')}, T = {record['temperature']:g}, "
+              f"{time.perf_counter() - started:.0f} s)")  # fmt: skip
+        for label, r in results.items():
+            top1 = " ".join(f"{m:.3f}±{e:.3f}" for m, e in r["top1"])
+            accept = " ".join(f"{m:.3f}±{e:.3f}" for m, e in r["accept"])
+            print(f"  {label:>10}: top1 {top1} | accept {accept} | covered "
+                  f"{r['covered'][0]:.3f} | {r['positions']} positions, "
+                  f"{r['windows']} windows")  # fmt: skip
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"results written to {args.out}")
+    if args.plot:
+        plot(report, args.plot)
+        print(f"plot written to {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
