@@ -18,8 +18,10 @@ up to and with its end-of-turn token:
   ceiling on top1.
 
 Each figure is a mean over answer positions with its standard error over windows (the windows
-are independent; a window's positions are not). The target's logits come from the recorded
-final features through its LM head, once per batch for all heads.
+are independent; a window's positions are not); consecutive heads are also compared on the
+same positions (`paired_difference`), and the per-window sums are kept in the JSON for that.
+The target's logits come from the recorded final features through its LM head, once per batch
+for all heads.
 
     S=~/.cache/minieagle/runs/smollm2 M=~/.cache/minieagle/models/smollm2-135m-instruct
     OPENBLAS_NUM_THREADS=1 python benchmarks/chat_acceptance.py --model $M \\
@@ -181,17 +183,29 @@ def evaluate(target_params, heads: dict, data_dir: Path, spans, *, steps: int,
                 covered[label][1].append(mask.sum(axis=1).astype(np.float64))
     results = {}
     for label, per_step in per_head.items():
-        record = {"top1": [], "accept": []}
+        record = {"top1": [], "accept": [], "per_window": {"n": [], "top1": [], "accept": []}}
         for scores in per_step:
             n = np.concatenate(scores["n"])
+            record["per_window"]["n"].append(n.tolist())
             for name in ("top1", "accept"):
-                record[name].append(mean_and_error(np.concatenate(scores[name]), n))
+                sums = np.concatenate(scores[name])
+                record[name].append(mean_and_error(sums, n))
+                record["per_window"][name].append(sums.tolist())
         counts = np.concatenate(covered[label][1])
         record["covered"] = mean_and_error(np.concatenate(covered[label][0]), counts)
         record["positions"] = int(counts.sum())
         record["windows"] = int((counts > 0).sum())
         results[label] = record
     return results
+
+
+def paired_difference(a: dict, b: dict, metric: str, step: int = 0) -> tuple[float, float]:
+    """Head a's figure minus head b's on the same positions, with its standard error over
+    windows: much tighter than either figure's own error bar, since the windows' difficulty
+    cancels. a, b: `evaluate` records of one set."""
+    n = np.asarray(a["per_window"]["n"][step])
+    diff = np.asarray(a["per_window"][metric][step]) - np.asarray(b["per_window"][metric][step])
+    return mean_and_error(diff, n)
 
 
 def plot(report: dict, path: Path) -> None:
@@ -273,6 +287,12 @@ def main(argv=None) -> int:
             print(f"  {label:>10}: top1 {top1} | accept {accept} | covered "
                   f"{r['covered'][0]:.3f} | {r['positions']} positions, "
                   f"{r['windows']} windows")  # fmt: skip
+        labels = list(results)
+        for before, after in zip(labels, labels[1:], strict=False):
+            gains = [paired_difference(results[after], results[before], m) for m in
+                     ("top1", "accept")]  # fmt: skip
+            print(f"  {after} - {before}, step 0: top1 {gains[0][0]:+.3f}±{gains[0][1]:.3f}, "
+                  f"accept {gains[1][0]:+.3f}±{gains[1][1]:.3f}")  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
         print(f"results written to {args.out}")

@@ -723,3 +723,7 @@ def test_chat_acceptance_scores_what_the_training_metric_scores(scripts, tmp_pat
     assert got["positions"] == int(mask.sum()) and got["windows"] == 5
     assert all(0 < e < 0.5 for _, e in got["top1"])
     assert 0.9 < got["covered"][0] <= 1.0
+    assert acceptance.paired_difference(got, got, "top1") == (0.0, 0.0)
+    other = {"per_window": {"n": [[10, 10]], "top1": [[4, 6]]}}
+    base = {"per_window": {"n": [[10, 10]], "top1": [[3, 4]]}}
+    assert acceptance.paired_difference(other, base, "top1") == pytest.approx((0.15, 0.05))
