@@ -216,17 +216,38 @@ def plot(report: dict, path: Path) -> None:
 
     tokens = report["tokens"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
-    panels = [("top1", "greedy: top-1 = acceptance of a chain of 1"),
-              ("accept", "sampled: Σ min(p, q), T = 1")]  # fmt: skip
-    for ax, (metric, title) in zip(axes, panels, strict=True):
+    panels = [("top1", 0.0, "T = 0 answers: top-1, the acceptance of a chain of one draft"),
+              ("accept", 1.0, "T = 1 answers: Σ min(p, q), the same at T = 1")]  # fmt: skip
+    for ax, (metric, temperature, title) in zip(axes, panels, strict=True):
         for name, sets in report["sets"].items():
+            if report["provenance"][name]["temperature"] != temperature:
+                continue
             labels = [lb for lb in sets if lb in tokens]
-            x = [tokens[lb] for lb in labels]
-            y = [sets[lb][metric][0][0] for lb in labels]
-            e = [sets[lb][metric][0][1] for lb in labels]
-            ax.errorbar(x, y, yerr=e, marker="o", capsize=3, label=name)
-            for lb, xi, yi in zip(labels, x, y, strict=True):
-                ax.annotate(lb, (xi, yi), textcoords="offset points", xytext=(4, -10), fontsize=7)
+            line = [lb for lb in labels if lb in (report.get("line") or labels)]
+            x = [tokens[lb] for lb in line]
+            y = [sets[lb][metric][0][0] for lb in line]
+            e = [sets[lb][metric][0][1] for lb in line]
+            drawn = ax.errorbar(x, y, yerr=e, marker="o", capsize=3, label=name)
+            goals = [float(g.partition("=")[0]) for g in report.get("goals") or ()]
+            if report.get("extrapolate") and len(x) >= 2 and goals and y[-1] > y[-2]:
+                slope = (y[-1] - y[-2]) / np.log10(x[-1] / x[-2])  # per decade, last step
+                reach = x[-1] * 10 ** ((max(goals) - y[-1]) / slope)
+                ax.plot([x[-1], reach], [y[-1], max(goals)], linestyle=":",
+                        color=drawn[0].get_color())  # fmt: skip
+                ax.annotate(f"{reach:.2g}", (reach, max(goals)), textcoords="offset points",
+                            xytext=(-10, -12), fontsize=7, color=drawn[0].get_color())  # fmt: skip
+            for lb in labels:
+                xi, (yi, ei) = tokens[lb], sets[lb][metric][0]
+                if lb not in line:  # another kind of head: a point of its own, not on the line
+                    ax.errorbar([xi], [yi], yerr=[ei], marker="*", markersize=10, capsize=3,
+                                color=drawn[0].get_color(), linestyle="none")  # fmt: skip
+                ax.annotate(lb, (xi, yi), textcoords="offset points", xytext=(5, -10), fontsize=7)
+        for goal in report.get("goals") or ():
+            value, _, text = goal.partition("=")
+            ax.axhline(float(value), color="grey", linestyle="--", linewidth=1)
+            ax.annotate(text, (0.02, float(value)), xycoords=("axes fraction", "data"),
+                        xytext=(0, 3), textcoords="offset points", fontsize=7,
+                        color="grey")  # fmt: skip
         ax.set_xscale("log")
         ax.set_xlabel("training tokens the head saw")
         ax.set_title(title, fontsize=9)
@@ -239,10 +260,10 @@ def plot(report: dict, path: Path) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, help="the target's checkpoint directory")
-    p.add_argument("--head", action="append", required=True, metavar="LABEL=DIR",
+    p.add_argument("--model", help="the target's checkpoint directory")
+    p.add_argument("--head", action="append", metavar="LABEL=DIR",
                    help="an EAGLE-3 head (DIR or git:COMMIT:PATH); repeat for more")  # fmt: skip
-    p.add_argument("--data", nargs="+", required=True, help="held-out distill run directories")
+    p.add_argument("--data", nargs="+", help="held-out distill run directories")
     p.add_argument("--tokens", action="append", default=[], metavar="LABEL=N",
                    help="training tokens a head saw (for the plot)")  # fmt: skip
     p.add_argument("--steps", type=int, default=3, help="TTT steps unrolled (3)")
@@ -250,7 +271,25 @@ def main(argv=None) -> int:
     p.add_argument("--max-windows", type=int, default=0, help="per set; 0 = all")
     p.add_argument("--out", type=Path, help="JSON report")
     p.add_argument("--plot", type=Path, help="PNG: step 0 against --tokens")
+    p.add_argument("--line", help="LABEL,LABEL,...: the heads of one kind the plot joins by a "
+                   "line (default all); the others are points of their own")  # fmt: skip
+    p.add_argument("--extrapolate", action="store_true",
+                   help="extend each line's last step (its slope per decade of tokens) to the "
+                   "highest --goal, dotted")  # fmt: skip
+    p.add_argument("--goal", action="append", default=[], metavar="Y=TEXT",
+                   help="a dashed level on the plot, e.g. '0.8=what 1.3x needs'")  # fmt: skip
+    p.add_argument("--replot", type=Path, metavar="JSON",
+                   help="only draw --plot from a report written before")  # fmt: skip
     args = p.parse_args(argv)
+    line = args.line.split(",") if args.line else None
+    if args.replot:
+        report = json.loads(args.replot.read_text())
+        changes = {"line": line or report.get("line"), "goals": args.goal,
+                   "extrapolate": args.extrapolate}  # fmt: skip
+        plot({**report, **changes}, args.plot)
+        return 0
+    if not (args.model and args.head and args.data):
+        p.error("--model, --head and --data are required (or --replot JSON --plot PNG)")
 
     params, config, tokenizer = load_checkpoint(args.model)
     cue = assistant_cue(tokenizer, load_chat_template(args.model, tokenizer))
@@ -266,7 +305,8 @@ def main(argv=None) -> int:
     for item in args.tokens:
         label, _, n = item.partition("=")
         tokens[label] = float(n)
-    report = {"model": args.model, "heads": specs, "tokens": tokens, "steps": args.steps,
+    report = {"model": args.model, "heads": specs, "tokens": tokens, "line": line,
+              "goals": args.goal, "extrapolate": args.extrapolate, "steps": args.steps,
               "sets": {}, "provenance": {}}  # fmt: skip
     for data in args.data:
         directory = Path(data).expanduser()
