@@ -727,3 +727,12 @@ def test_chat_acceptance_scores_what_the_training_metric_scores(scripts, tmp_pat
     other = {"per_window": {"n": [[10, 10]], "top1": [[4, 6]]}}
     base = {"per_window": {"n": [[10, 10]], "top1": [[3, 4]]}}
     assert acceptance.paired_difference(other, base, "top1") == pytest.approx((0.15, 0.05))
+    # the plot, drawn again from a report: heads of one kind on a line, its last step extended
+    report = {"tokens": {"a": 1e5, "b": 1e6, "c": 2e6}, "provenance": {"set": {"temperature": 0.0}},
+              "sets": {"set": {label: {"top1": [(y, 0.01)], "accept": [(y, 0.01)]}
+                               for label, y in [("a", 0.3), ("b", 0.5), ("c", 0.6)]}}}  # fmt: skip
+    saved, png = tmp_path / "report.json", tmp_path / "trend.png"
+    saved.write_text(json.dumps(report))
+    argv = ["--replot", str(saved), "--plot", str(png), "--line", "a,b", "--goal", "0.8=goal",
+            "--extrapolate"]  # fmt: skip
+    assert acceptance.main(argv) == 0 and png.stat().st_size > 10_000
