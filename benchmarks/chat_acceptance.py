@@ -219,6 +219,8 @@ def plot(report: dict, path: Path) -> None:
     panels = [("top1", 0.0, "T = 0 answers: top-1, the acceptance of a chain of one draft"),
               ("accept", 1.0, "T = 1 answers: Σ min(p, q), the same at T = 1")]  # fmt: skip
     for ax, (metric, temperature, title) in zip(axes, panels, strict=True):
+        named = False  # each head's label once per panel
+        goals = report.get("goals") or () if temperature == 0 else ()  # greedy goals only
         for name, sets in report["sets"].items():
             if report["provenance"][name]["temperature"] != temperature:
                 continue
@@ -228,21 +230,24 @@ def plot(report: dict, path: Path) -> None:
             y = [sets[lb][metric][0][0] for lb in line]
             e = [sets[lb][metric][0][1] for lb in line]
             drawn = ax.errorbar(x, y, yerr=e, marker="o", capsize=3, label=name)
-            goals = [float(g.partition("=")[0]) for g in report.get("goals") or ()]
-            if report.get("extrapolate") and len(x) >= 2 and goals and y[-1] > y[-2]:
+            top = max((float(g.partition("=")[0]) for g in goals), default=None)
+            if report.get("extrapolate") and len(x) >= 2 and top and y[-1] > y[-2]:
                 slope = (y[-1] - y[-2]) / np.log10(x[-1] / x[-2])  # per decade, last step
-                reach = x[-1] * 10 ** ((max(goals) - y[-1]) / slope)
-                ax.plot([x[-1], reach], [y[-1], max(goals)], linestyle=":",
+                reach = x[-1] * 10 ** ((top - y[-1]) / slope)
+                ax.plot([x[-1], reach], [y[-1], top], linestyle=":",
                         color=drawn[0].get_color())  # fmt: skip
-                ax.annotate(f"{reach:.2g}", (reach, max(goals)), textcoords="offset points",
+                ax.annotate(f"{reach:.2g}", (reach, top), textcoords="offset points",
                             xytext=(-10, -12), fontsize=7, color=drawn[0].get_color())  # fmt: skip
             for lb in labels:
                 xi, (yi, ei) = tokens[lb], sets[lb][metric][0]
                 if lb not in line:  # another kind of head: a point of its own, not on the line
                     ax.errorbar([xi], [yi], yerr=[ei], marker="*", markersize=10, capsize=3,
                                 color=drawn[0].get_color(), linestyle="none")  # fmt: skip
-                ax.annotate(lb, (xi, yi), textcoords="offset points", xytext=(5, -10), fontsize=7)
-        for goal in report.get("goals") or ():
+                if not named:
+                    ax.annotate(lb, (xi, yi), textcoords="offset points", xytext=(5, -10),
+                                fontsize=7)  # fmt: skip
+            named = True
+        for goal in goals:
             value, _, text = goal.partition("=")
             ax.axhline(float(value), color="grey", linestyle="--", linewidth=1)
             ax.annotate(text, (0.02, float(value)), xycoords=("axes fraction", "data"),
@@ -252,8 +257,8 @@ def plot(report: dict, path: Path) -> None:
         ax.set_xlabel("training tokens the head saw")
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
     axes[0].set_ylabel("first draft's acceptance (answer positions)")
-    axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -277,7 +282,7 @@ def main(argv=None) -> int:
                    help="extend each line's last step (its slope per decade of tokens) to the "
                    "highest --goal, dotted")  # fmt: skip
     p.add_argument("--goal", action="append", default=[], metavar="Y=TEXT",
-                   help="a dashed level on the plot, e.g. '0.8=what 1.3x needs'")  # fmt: skip
+                   help="a dashed level on the T = 0 panel, e.g. '0.8=1.3x needs'")  # fmt: skip
     p.add_argument("--replot", type=Path, metavar="JSON",
                    help="only draw --plot from a report written before")  # fmt: skip
     args = p.parse_args(argv)
