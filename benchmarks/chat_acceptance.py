@@ -257,7 +257,8 @@ def plot(report: dict, path: Path) -> None:
         ax.set_xlabel("training tokens the head saw")
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        if ax.get_legend_handles_labels()[0]:  # a panel with no set of its temperature: none
+            ax.legend(fontsize=7, loc="lower right")
     axes[0].set_ylabel("first draft's acceptance (answer positions)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
