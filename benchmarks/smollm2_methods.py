@@ -27,11 +27,12 @@ from pathlib import Path
 import numpy as np
 
 from minieagle import inference
-from minieagle.bench import _ood_records, format_cost_curve, machine_info, measure_cost_curve
+from minieagle.bench import format_cost_curve, machine_info, measure_cost_curve
 from minieagle.bench_methods import compare_methods, format_report
 from minieagle.chat import encode_chat, load_chat_template
 from minieagle.checkpoint import load_checkpoint
 from minieagle.cli import PRETRAINED
+from minieagle.data import ood_records
 from minieagle.drafters import build_drafter
 from minieagle.heads.eagle1 import load_head
 from minieagle.heads.eagle3_io import load_eagle3_head
@@ -56,7 +57,7 @@ def chat_requests(passage_chars: int = 400) -> list[tuple[str, str]]:
         document = next(d for d in load_split(corpus, "test") if len(d.text) >= passage_chars)
         requests.append(("heldout-chat", request(corpus, document.text)))
     for kind in ("prose", "code"):
-        record = next(r for r in _ood_records() if r["kind"] == kind)
+        record = next(r for r in ood_records() if r["kind"] == kind)
         requests.append(("ood-chat", request(kind, record["text"])))
     return requests + [("ood-chat", question) for question in QUESTIONS]
 

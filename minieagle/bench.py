@@ -32,6 +32,7 @@ import numpy as np
 from minieagle import layers, model
 from minieagle.config import LlamaConfig
 from minieagle.costs import measure_verify_cost, spread
+from minieagle.data import OOD_FILE, ood_records
 from minieagle.errors import InvalidInputError, MissingFileError
 from minieagle.generate import generate
 from minieagle.kvcache import KVCache
@@ -134,22 +135,6 @@ def heldout_prompts(tokenizer, per_corpus: int = 2, length: int = 32) -> list[tu
 
 OOD_KINDS = ("ood-prose", "ood-code")
 PROMPT_SETS = ("heldout", "ood", "both")
-_OOD_FILE = Path(__file__).resolve().parent / "data" / "ood_prompts.jsonl"
-
-
-@functools.cache
-def _ood_records() -> tuple[dict, ...]:
-    """The records of `data/ood_prompts.jsonl`: {"kind", "package", "version", "source",
-    "license", "text"}, in file order (PROVENANCE.md, data/build_ood_prompts.py)."""
-    if not _OOD_FILE.is_file():
-        raise MissingFileError(
-            f"{_OOD_FILE} is missing; reinstall minieagle or rebuild it with "
-            "`python -m minieagle.data.build_ood_prompts`"
-        )
-    with _OOD_FILE.open(encoding="utf-8") as lines:
-        return tuple(json.loads(line) for line in lines if line.strip())
-
-
 def ood_prompts(tokenizer, per_kind: int = 2, length: int = 32) -> list[tuple[str, list]]:
     """(kind, ids), kind "ood-prose" or "ood-code": the first `length` tokens (<bos> included) of
     the first `per_kind` passages of each kind in `data/ood_prompts.jsonl`, prose first.
@@ -163,13 +148,13 @@ def ood_prompts(tokenizer, per_kind: int = 2, length: int = 32) -> list[tuple[st
             "the out-of-domain prompts are text, and this model has no tokenizer; "
             "use the 'heldout' prompt set (random ids) or a model with a tokenizer.json"
         )
-    records = _ood_records()
+    records = ood_records()
     prompts = []
     for kind in OOD_KINDS:
         texts = [r["text"] for r in records if f"ood-{r['kind']}" == kind]
         if not 1 <= per_kind <= len(texts):
             raise InvalidInputError(
-                f"per_kind={per_kind} is outside [1, {len(texts)}]: {_OOD_FILE.name} holds "
+                f"per_kind={per_kind} is outside [1, {len(texts)}]: {OOD_FILE.name} holds "
                 f"{len(texts)} {kind} prompts; pass a count such as 2"
             )
         for text in texts[:per_kind]:

@@ -327,13 +327,12 @@ def _prompt_source(cfg: DistillConfig, tokenizer, out_dir: Path) -> _PromptSourc
 def _ood_stream(tokenizer, corpus: str, max_chars: int = 0) -> np.ndarray:
     """The out-of-domain passages of one kind ("prose" or "code") in data/ood_prompts.jsonl,
     as one stream of ids like a corpus split's (`train.encode_documents`)."""
-    from minieagle.bench import _ood_records
-    from minieagle.data import Document
+    from minieagle.data import Document, ood_records
     from minieagle.train import encode_documents
 
-    records = [r for r in _ood_records() if r["kind"] == corpus]
+    records = [r for r in ood_records() if r["kind"] == corpus]
     if not records:
-        kinds = sorted({r["kind"] for r in _ood_records()})
+        kinds = sorted({r["kind"] for r in ood_records()})
         raise InvalidInputError(
             f"data/ood_prompts.jsonl has no {corpus!r} passages (it has {kinds}); pass corpora "
             "among those with split 'ood'"

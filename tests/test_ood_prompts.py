@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from minieagle import bench
 from minieagle.bench import OOD_KINDS, PROMPT_SETS, heldout_prompts, ood_prompts, prompt_set
 from minieagle.cli import DEFAULT_MODEL
 from minieagle.data import CORPORA, SPLITS, load_text
@@ -198,10 +197,12 @@ def test_ood_prompts_need_a_tokenizer():
 
 
 def test_a_missing_prompt_file_says_how_to_rebuild_it(monkeypatch, tmp_path, tokenizer):
-    bench._ood_records.cache_clear()
-    monkeypatch.setattr(bench, "_OOD_FILE", tmp_path / "ood_prompts.jsonl")
+    import minieagle.data as data
+
+    data.ood_records.cache_clear()
+    monkeypatch.setattr(data, "OOD_FILE", tmp_path / "ood_prompts.jsonl")
     try:
         with pytest.raises(MissingFileError, match="python -m minieagle.data.build_ood_prompts"):
             ood_prompts(tokenizer)
     finally:
-        bench._ood_records.cache_clear()
+        data.ood_records.cache_clear()

@@ -69,6 +69,23 @@ def _load(corpus: str) -> tuple[Document, ...]:
     return tuple(sorted(documents, key=lambda d: d.source))
 
 
+OOD_FILE = _DATA_DIR / "ood_prompts.jsonl"
+
+
+@functools.cache
+def ood_records() -> tuple[dict, ...]:
+    """The records of `data/ood_prompts.jsonl`, the out-of-domain passages (24 prose, 24 code
+    from other packages): {"kind", "package", "version", "source", "license", "text"}, in file
+    order (PROVENANCE.md, data/build_ood_prompts.py)."""
+    if not OOD_FILE.is_file():
+        raise MissingFileError(
+            f"{OOD_FILE} is missing; reinstall minieagle or rebuild it with "
+            "`python -m minieagle.data.build_ood_prompts`"
+        )
+    with OOD_FILE.open(encoding="utf-8") as lines:
+        return tuple(json.loads(line) for line in lines if line.strip())
+
+
 def load_documents(corpus: str) -> list[Document]:
     """All documents of `corpus` ("prose" or "code"), sorted by `source`."""
     _check_corpus(corpus)
