@@ -708,6 +708,51 @@ assert 0.19 < lm_head_share < 0.23  # about a fifth
 # turns into speed, which is why the EAGLE papers use trees of 26 to 60 nodes.
 
 # %% [markdown]
+# ## 6. How much data would a head that pays take?
+#
+# A chain of one draft costs about 1.2 vanilla steps a cycle here (a 2-token forward, one draft
+# step, the LM-head rows the verdict reads), so it pays 1.3x only when the head's first draft
+# is accepted 80-90 % of the time (docs/real_models.md, "Every method on SmolLM2"). At T = 0
+# that acceptance is simply the head's top-1 agreement with the target one step ahead, which
+# needs no decoding to measure: `benchmarks/chat_acceptance.py` scored every EAGLE-3 head this
+# project shipped for SmolLM2 on held-out sets of SmolLM2's own chat answers (`minieagle distill
+# --split val` and `--split ood`, about 16,000 answer positions each;
+# `docs/results/chat-acceptance-smollm2.json`). Read as it is, nothing measured here:
+
+# %%
+acceptance = json.loads((results_dir / "chat-acceptance-smollm2.json").read_text())
+tokens = acceptance["tokens"]  # training tokens each head saw
+narrow = ["167k", "3.3M", "6.6M"]  # one architecture, more data each time; "wide" is wider
+plt.figure(figsize=(7, 4))
+for name in ("heldout-val-T0", "heldout-ood-T0"):
+    heads = acceptance["sets"][name]
+    top1 = {label: heads[label]["top1"][0][0] for label in heads}  # one step ahead
+    print(name, "  ".join(f"{label}: {top1[label]:.3f}" for label in heads))
+    plt.plot([tokens[lb] for lb in narrow], [top1[lb] for lb in narrow], marker="o", label=name)
+    plt.plot([tokens["wide"]], [top1["wide"]], marker="*", markersize=12, color="k")
+    assert top1["167k"] < top1["3.3M"] < top1["6.6M"] < top1["wide"] < 0.7
+    per_doubling = (top1["6.6M"] - top1["3.3M"]) / np.log2(tokens["6.6M"] / tokens["3.3M"])
+    needed = tokens["6.6M"] * 2 ** ((0.8 - top1["6.6M"]) / per_doubling)
+    print(f"  last doubling of the data: {per_doubling:+.3f}; at that slope 0.8 needs "
+          f"{needed:.1e} training tokens ({needed / tokens['6.6M']:.0f} times 6.6M)")  # fmt: skip
+    assert needed > 30 * tokens["6.6M"]
+plt.axhline(0.8, color="grey", ls="--", lw=1, label="1.3x with a chain of one needs 0.8-0.9")
+plt.xscale("log")
+plt.xlabel("training tokens the head saw (log scale); the star: the wider head")
+plt.ylabel("first draft's acceptance at T = 0")
+plt.legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Every step of data helped, on validation passages and on other packages' docs alike, but the
+# last doubling added only about 0.03: at that slope the 80 % a chain of one draft needs on this
+# CPU lies some 60-180 times further out in data, hundreds of hours of this machine. Widening the
+# head's MLP (the star) moved it about as much as a doubling of data. This is the CPU's
+# arithmetic, not EAGLE's: on a GPU, where section 5's curve is flat, the 26-node tree's τ of
+# 2.5 would already pay.
+
+# %% [markdown]
 # ## Exercises
 #
 # Worked answers: `minieagle/assignments/notebook_answers/06_real_llm.md`.
