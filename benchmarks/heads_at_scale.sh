@@ -64,7 +64,7 @@ if [ "$MODE" = status ]; then
     [ -f "$log" ] || continue
     printf '%s: %s\n' "$(basename "$log")" "$(tail -c 300 "$log" | tr '\r' '\n' | tail -n 1)"
   done
-  for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1 "$S"/chat2-T0 "$S"/chat2-T1 "$S"/chat3-T0 "$S"/chat3-T1; do
+  for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1 "$S"/chat2-T0 "$S"/chat2-T1 "$S"/chat3-T0 "$S"/chat3-T1 "$S"/heldout-val-T0 "$S"/heldout-ood-T0 "$S"/heldout-val-T1 "$S"/heldout-ood-T1; do
     [ -d "$run" ] && echo "$run: $(ls -d "$run"/shard-?????  2>/dev/null | wc -l) shards"
   done
   for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$S"/eagle3-n "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
@@ -229,12 +229,28 @@ chat_answers() {
         wait -n && wait -n || exit 1
       done"
 }
+# heldout_answers SEED: the held-out sets every head is scored on (benchmarks/chat_acceptance.py):
+#   SmolLM2's answers to the same kinds of request about passages no head trains on, from the
+#   corpora's validation split and from other packages' docs and code, greedy and T = 1, 2
+#   shards of 64 windows each into $S/heldout-{val,ood}-T{0,1} (about 3 minutes a set).
+heldout_answers() {
+  echo "
+      for t in 0 1; do
+        for split in val ood; do
+          minieagle distill --target $M --out-dir $S/heldout-\$split-T\$t --source chat \
+            --split \$split --temperature \$t --seed $1 --shards 2 --shard-windows 64 \
+            --batch-size 32 --window-tokens 257 --prompt-tokens 48 --keys 2,15,27,final \
+            --quiet || exit 1
+        done
+      done"
+}
 # head_from_shipped TAG COMMIT DATA [FLAGS]: the EAGLE-3 head shipped at COMMIT (copied from git
 #   into $S/start-eagle3-TAG, so a run resumes and rebuilds from the same start) trained one pass
 #   over the answers DATA (`--init-from`, its draft vocabulary kept; FLAGS added: a width, a seed)
 #   with one schedule (warmup back to 3e-3, the last 320 of 3,200 steps of 4 x 256 decaying, 3
 #   TTT steps, two BLAS threads) into $S/eagle3-TAG; then calibrated, then τ measured on the
-#   held-out chat requests into $S/e3-TAG-tau.json.
+#   held-out chat requests into $S/e3-TAG-tau.json, then its acceptance beside the start's on
+#   the held-out sets (heldout_answers) into $S/e3-TAG-acceptance.json.
 head_from_shipped() {
   local H=$S/eagle3-$1 start=$S/start-eagle3-$1
   echo "
@@ -255,7 +271,11 @@ head_from_shipped() {
       [ -f $S/e3-$1-tau.json ] || python benchmarks/smollm2_methods.py --model $M \
         --eagle3-head $H/final --eagle1-head minieagle/pretrained/smollm2-eagle1 \
         --methods eagle3,eagle3-60,eagle3-chain1,eagle3-chain3 --no-cost-curve --repeats 1 \
-        --out $S/e3-$1-tau.json >$S/methods-$1.log 2>&1"
+        --out $S/e3-$1-tau.json >$S/methods-$1.log 2>&1
+      [ -f $S/e3-$1-acceptance.json ] || python benchmarks/chat_acceptance.py --model $M \
+        --head start=$start --head $1=$H/final --data $S/heldout-val-T0 $S/heldout-ood-T0 \
+        $S/heldout-val-T1 $S/heldout-ood-T1 --out $S/e3-$1-acceptance.json \
+        >$S/acceptance-$1.log 2>&1"
 }
 # start_smollm2_run TAG LOG [ANSWERS]: the commands on stdin in the background, unless a
 #   process of that run (its answers' distillation, training, calibration or τ, or the
@@ -290,9 +310,11 @@ fi
 #    narrower head flattened too (step 6: +1-4 % from 3.3M new tokens). So: 100 + 100 more
 #    shards (seed 2; chat2 used seed 1), then the shipped wider head (step 7's, at 6e04c1e)
 #    trained one pass over them. About 2.2 hours of both cores for the answers, then about 2.3
-#    hours of training.
+#    hours of training. Since 2026-12-03 the held-out sets (heldout_answers) come first, and the
+#    new head is scored on them beside its start.
 if [ "$MODE" = continue ]; then
-  { chat_answers chat3 2; head_from_shipped n 6e04c1e "$S/chat3-T0 $S/chat3-T1" "--seed 3"; } \
+  { heldout_answers 9; chat_answers chat3 2
+    head_from_shipped n 6e04c1e "$S/chat3-T0 $S/chat3-T1" "--seed 3"; } \
     | start_smollm2_run n new-data.log chat3
 fi
 echo "started ($MODE); see: bash benchmarks/heads_at_scale.sh status"

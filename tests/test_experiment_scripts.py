@@ -262,7 +262,7 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
     assert len(functions) >= 2
     lines = raw.splitlines(keepends=True)
     code = "".join(line for line in lines if not line.lstrip().startswith("#"))
-    calls = re.findall(r"(?:chat_answers|head_from_shipped) [^;|\n]*", code)
+    calls = re.findall(r"(?:heldout_answers|chat_answers|head_from_shipped) [^;|\n]*", code)
     assert len(calls) >= 5
     env = {**os.environ, "S": "/S", "M": "/M"}
     written = subprocess.run(["bash", "-c", "".join(functions) + "\n".join(calls)], check=True,
@@ -272,6 +272,7 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
     text = (raw + written).replace("\\\n", " ").replace("\\$", "$")
     text = re.sub(r"--temperature \$t", "--temperature 1", text)  # the loop's 0 and 1
     text = re.sub(r"--worker \$w/", "--worker 1/", text)  # the loop's workers 0 and 1
+    text = re.sub(r"--split \$split", "--split ood", text)  # the loop's val and ood
     text = re.sub(r"\$\{?[A-Za-z_]+\}?", "X", text)
     commands = re.findall(r"minieagle (?:distill|train) [^\n&|\">]*", text)  # up to a redirect
     assert len(commands) >= 4
@@ -286,6 +287,13 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
     flags = set(re.findall(r"--[a-z-]+", capsys.readouterr().out))
     for command in scaling:
         assert "--features" in command and "--planned-shards" in command
+        assert set(re.findall(r"--[a-z-]+", command)) <= flags
+    acceptance = re.findall(r"python benchmarks/chat_acceptance.py [^\n>]*", text)
+    assert acceptance
+    with pytest.raises(SystemExit):
+        importlib.import_module("chat_acceptance").main(["--help"])
+    flags = set(re.findall(r"--[a-z-]+", capsys.readouterr().out))
+    for command in acceptance:
         assert set(re.findall(r"--[a-z-]+", command)) <= flags
 
 
