@@ -11,7 +11,9 @@ s steps along the teacher-forced chain), scoring only positions inside the targe
 up to and with its end-of-turn token:
 
 - top1_s: the draft's argmax is the target's (over the full vocabulary). At T = 0 step 0's
-  top1 is exactly the acceptance rate of a chain of one draft, so `1 + top1_0` is its τ;
+  top1 at a position is whether a chain of one draft drafted there is accepted (the head reads
+  the same true features), so `1 + top1_0` is that chain's τ, averaged over all positions
+  where decoding visits only the cycles' roots;
 - accept_s: sum_v min(p_v, q_v), the chance that a draft sampled from the head is accepted by
   speculative sampling (the T = 1 chain's acceptance);
 - covered: the share of the target's argmax tokens inside the head's draft vocabulary, the
