@@ -135,6 +135,8 @@ def heldout_prompts(tokenizer, per_corpus: int = 2, length: int = 32) -> list[tu
 
 OOD_KINDS = ("ood-prose", "ood-code")
 PROMPT_SETS = ("heldout", "ood", "both")
+
+
 def ood_prompts(tokenizer, per_kind: int = 2, length: int = 32) -> list[tuple[str, list]]:
     """(kind, ids), kind "ood-prose" or "ood-code": the first `length` tokens (<bos> included) of
     the first `per_kind` passages of each kind in `data/ood_prompts.jsonl`, prose first.
