@@ -781,3 +781,9 @@ plt.show()
 #    `gguf.quants.dequantize` and against the imported embedding
 #    `params["model.embed_tokens.weight"][0, :32]`. What is the largest rounding error a Q8_0
 #    block can have, in units of `d`?
+# 5. **Two ways to read a trend (short coding).** Section 6 extended the last doubling of data.
+#    Fit instead `top-1 = a + b · log2(tokens)` through the three heads of one width (167k, 3.3M,
+#    6.6M) by least squares, for the val and the ood set, and find where each fit reaches 0.8.
+#    Which reading is more optimistic, and by how much? Look at the fit's residuals: what do they
+#    say about the slope as data grows, and which of the two readings does that favour? Why does
+#    the wider head (the star) not belong in either fit?
