@@ -280,21 +280,16 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
         argv = shlex.split(command)[1:]
         args = build_parser().parse_args(argv)  # SystemExit on an unknown or bad flag
         assert args.command in ("distill", "train")
-    scaling = re.findall(r"python benchmarks/eagle3_scaling.py [^\n>]*", text)
-    assert scaling
-    with pytest.raises(SystemExit):
-        importlib.import_module("eagle3_scaling").main(["--help"])
-    flags = set(re.findall(r"--[a-z-]+", capsys.readouterr().out))
-    for command in scaling:
-        assert "--features" in command and "--planned-shards" in command
-        assert set(re.findall(r"--[a-z-]+", command)) <= flags
-    acceptance = re.findall(r"python benchmarks/chat_acceptance.py [^\n>]*", text)
-    assert acceptance
-    with pytest.raises(SystemExit):
-        importlib.import_module("chat_acceptance").main(["--help"])
-    flags = set(re.findall(r"--[a-z-]+", capsys.readouterr().out))
-    for command in acceptance:
-        assert set(re.findall(r"--[a-z-]+", command)) <= flags
+    for name in ("eagle3_scaling", "chat_acceptance"):  # the scripts' own flags, from --help
+        runs = re.findall(rf"python benchmarks/{name}.py [^\n>]*", text)
+        assert runs, name
+        with pytest.raises(SystemExit):
+            importlib.import_module(name).main(["--help"])
+        flags = set(re.findall(r"--[a-z-]+", capsys.readouterr().out))
+        for command in runs:
+            assert set(re.findall(r"--[a-z-]+", command)) <= flags
+            if name == "eagle3_scaling":
+                assert "--features" in command and "--planned-shards" in command
 
 
 def test_the_tree_depth_script_measures_both_heads_at_each_depth(scripts, tmp_path):
