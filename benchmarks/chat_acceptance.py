@@ -222,7 +222,8 @@ def plot(report: dict, path: Path) -> None:
               ("accept", 1.0, "T = 1 answers: Σ min(p, q), the same at T = 1")]  # fmt: skip
     for ax, (metric, temperature, title) in zip(axes, panels, strict=True):
         named = False  # each head's label once per panel
-        goals = report.get("goals") or () if temperature == 0 else ()  # greedy goals only
+        goals = [(float(g.partition("=")[0]), g.partition("=")[2])  # greedy goals only
+                 for g in (report.get("goals") or () if temperature == 0 else ())]  # fmt: skip
         for name, sets in report["sets"].items():
             if report["provenance"][name]["temperature"] != temperature:
                 continue
@@ -232,7 +233,7 @@ def plot(report: dict, path: Path) -> None:
             y = [sets[lb][metric][0][0] for lb in line]
             e = [sets[lb][metric][0][1] for lb in line]
             drawn = ax.errorbar(x, y, yerr=e, marker="o", capsize=3, label=name)
-            top = max((float(g.partition("=")[0]) for g in goals), default=None)
+            top = max((value for value, _ in goals), default=None)
             if report.get("extrapolate") and len(x) >= 2 and top and y[-1] > y[-2]:
                 slope = (y[-1] - y[-2]) / np.log10(x[-1] / x[-2])  # per decade, last step
                 reach = x[-1] * 10 ** ((top - y[-1]) / slope)
@@ -249,10 +250,9 @@ def plot(report: dict, path: Path) -> None:
                     ax.annotate(lb, (xi, yi), textcoords="offset points", xytext=(5, -10),
                                 fontsize=7)  # fmt: skip
             named = True
-        for goal in goals:
-            value, _, text = goal.partition("=")
-            ax.axhline(float(value), color="grey", linestyle="--", linewidth=1)
-            ax.annotate(text, (0.02, float(value)), xycoords=("axes fraction", "data"),
+        for value, text in goals:
+            ax.axhline(value, color="grey", linestyle="--", linewidth=1)
+            ax.annotate(text, (0.02, value), xycoords=("axes fraction", "data"),
                         xytext=(0, 3), textcoords="offset points", fontsize=7,
                         color="grey")  # fmt: skip
         ax.set_xscale("log")
