@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from minieagle import layers, model
-from minieagle.chat import encode_chat, load_chat_template
+from minieagle.chat import answer_label_mask, answer_spans, assistant_cue, load_chat_template
 from minieagle.checkpoint import load_checkpoint
 from minieagle.distill import RUN_FILE, open_shards
 from minieagle.errors import InvalidInputError
@@ -75,34 +75,6 @@ def head_directory(spec: str, scratch: Path) -> Path:
             )
         (out / name).write_bytes(done.stdout)
     return out
-
-
-def assistant_cue(tokenizer, template: str) -> list[int]:
-    """The ids every rendered request ends with (the template's cue for the answer): the longest
-    common suffix of two requests rendered alone."""
-    a = encode_chat(tokenizer, template, [{"role": "user", "content": "Say yes"}])
-    b = encode_chat(tokenizer, template, [{"role": "user", "content": "Tell me a story?"}])
-    n = 0
-    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
-        n += 1
-    if n == 0:
-        raise InvalidInputError("the chat template adds no common ending to requests; no cue")
-    return a[-n:]
-
-
-def answer_spans(windows: np.ndarray, cue: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Per window, (start, stop): the answer's first token (just after the first cue) and one
-    past its end-of-turn token (the cue's first id, which closes every turn), or the window's
-    end. The target's text after its turn (distill keeps writing) is what no chat decodes, so
-    it is not scored. start = -1 where the cue is missing."""
-    k = len(cue)
-    runs = np.lib.stride_tricks.sliding_window_view(windows, k, axis=1)  # [B, W - k + 1, k]
-    hit = (runs == np.asarray(cue)).all(axis=-1)
-    starts = np.where(hit.any(axis=1), hit.argmax(axis=1) + k, -1)
-    index = np.arange(windows.shape[1])[None, :]
-    ends = (windows == cue[0]) & (index >= np.maximum(starts, 0)[:, None])
-    stops = np.where(ends.any(axis=1), ends.argmax(axis=1) + 1, windows.shape[1])
-    return starts, stops
 
 
 def score_batch(step_logits, vocab, target_top, target_on_draft, mask) -> list[dict]:
@@ -162,11 +134,7 @@ def evaluate(target_params, heads: dict, data_dir: Path, spans, *, steps: int,
             windows = np.asarray(cache.windows[rows], dtype=np.int64)  # [B, W]
             hidden = {key: np.asarray(cache.hidden[key][rows], dtype=np.float32)
                       for key in cache.keys}  # fmt: skip
-            starts, stops = spans(windows)
-            T = windows.shape[1] - 1
-            # target row r predicts token r + 2: scored where that token is the answer's
-            label = np.arange(T)[None, :] + 2
-            mask = (label >= starts[:, None]) & (label < stops[:, None]) & (starts[:, None] >= 0)
+            mask = answer_label_mask(*spans(windows), windows.shape[1])  # [B, W - 1]
             target_logits = hidden["final"][:, 1:] @ lm_head.T  # [B, T, V]
             target_top = target_logits.argmax(axis=-1)
             target_probs = layers.softmax(target_logits.astype(np.float64))

@@ -35,6 +35,8 @@ from datetime import datetime
 from functools import cache
 from pathlib import Path
 
+import numpy as np
+
 from minieagle.errors import InvalidInputError, MissingFileError
 from minieagle.hf_tokenizer import CHAT_TEMPLATE_FILE, HF_CONFIG_FILE, HFTokenizer
 
@@ -353,3 +355,44 @@ def end_of_turn_ids(tokenizer, template: str, eos_token_id: int | None = None) -
         if after.lstrip(" ").startswith(content):
             stop.add(token_id)
     return stop
+
+
+# ---------------------------------------------------------------------------- answers in windows
+
+
+def assistant_cue(tokenizer, template: str) -> list[int]:
+    """The ids every rendered request ends with (the template's cue for the answer): the longest
+    common suffix of two requests rendered alone. Its first id closes every turn (ChatML's
+    `<|im_end|>`), which `answer_spans` reads as the answer's end."""
+    a = encode_chat(tokenizer, template, [{"role": "user", "content": "Say yes"}])
+    b = encode_chat(tokenizer, template, [{"role": "user", "content": "Tell me a story?"}])
+    n = 0
+    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+        n += 1
+    if n == 0:
+        raise InvalidInputError("the chat template adds no common ending to requests; no cue")
+    return a[-n:]
+
+
+def answer_spans(windows: np.ndarray, cue: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Per window of a chat distillation run (int [B, W]), (start, stop): the answer's first
+    token (just after the first cue) and one past its end-of-turn token (the cue's first id),
+    or the window's end. The target's text after its turn (distill keeps writing) is what no
+    chat decodes. start = -1 where the cue is missing."""
+    k = len(cue)
+    runs = np.lib.stride_tricks.sliding_window_view(windows, k, axis=1)  # [B, W - k + 1, k]
+    hit = (runs == np.asarray(cue)).all(axis=-1)
+    starts = np.where(hit.any(axis=1), hit.argmax(axis=1) + k, -1)
+    index = np.arange(windows.shape[1])[None, :]
+    ends = (windows == cue[0]) & (index >= np.maximum(starts, 0)[:, None])
+    stops = np.where(ends.any(axis=1), ends.argmax(axis=1) + 1, windows.shape[1])
+    return starts, stops
+
+
+def answer_label_mask(starts: np.ndarray, stops: np.ndarray, width: int) -> np.ndarray:
+    """bool [B, width - 1]: the rows of a head's training batch (row t reads the target's
+    features at position t and guesses token t + 2, the target's next token after t + 1) whose
+    guessed token lies in [start, stop) (`answer_spans`); none where start = -1. The loss mask
+    that scores the answers alone."""
+    label = np.arange(width - 1)[None, :] + 2
+    return (label >= starts[:, None]) & (label < stops[:, None]) & (starts[:, None] >= 0)

@@ -28,7 +28,7 @@ import numpy as np
 from tqdm import tqdm
 
 from minieagle import model
-from minieagle.backend import array_module, ones, to_host
+from minieagle.backend import array_module, ones, to_device, to_host
 from minieagle.checkpoint import load_checkpoint, target_fingerprint
 from minieagle.errors import InvalidInputError
 from minieagle.feature_cache import FeatureCache, FeaturePool, tile_windows
@@ -132,6 +132,10 @@ class EagleTrainConfig:
     # text, its hidden states recorded as it wrote them) whose shards the head trains on; no
     # target forward per step. max_windows > 0 keeps the first max_windows windows of them.
     features: tuple[str, ...] = ()
+    # held-out distill runs (`minieagle distill --split val|test|ood`) scored at every evaluation
+    # beside the corpora: eval_batches x batch_size fixed windows of each, only the target's
+    # answers scored in a chat run (`chat.answer_spans`); keys val_<metric>_<directory name>
+    val_features: tuple[str, ...] = ()
     order: str = "random"  # "random" windows per batch, or "pass": each window once per pass
     decay_steps: int = 0  # 0: cosine schedule; > 0: warmup-stable-decay, decaying over these
     keep_states: tuple[int, ...] = ()  # steps whose training state is kept in out_dir/kept/
@@ -207,6 +211,27 @@ class EagleTrainConfig:
                 "--data generated or corpus+generated with --chat-prompts"
             )
         self.features = tuple(str(f) for f in self.features)
+        self.val_features = tuple(str(f) for f in self.val_features)
+        if self.val_features and self.head == "medusa":
+            raise InvalidInputError(
+                f"val_features={list(self.val_features)} scores EAGLE heads (their loss masks); "
+                "leave it empty for medusa"
+            )
+        names = [_val_set_name(entry) for entry in self.val_features]
+        for entry, name in zip(self.val_features, names, strict=True):
+            if names.count(name) > 1 or name in self.corpora:
+                raise InvalidInputError(
+                    f"val_features entry {entry!r}: its name {name!r} is taken (by another entry "
+                    f"or a corpus of {list(self.corpora)}); the metrics are keyed by directory "
+                    "name, so give each held-out run its own"
+                )
+            if Path(entry.partition("@")[0]).resolve() in {
+                Path(f.partition("@")[0]).resolve() for f in self.features
+            }:
+                raise InvalidInputError(
+                    f"val_features entry {entry!r} is also in features: a head scored on what it "
+                    "trains on is not held out; distill a held-out run with --split val"
+                )
         self.keep_states = tuple(int(k) for k in self.keep_states)
         if (self.data == "features") != bool(self.features):
             raise InvalidInputError(
@@ -391,6 +416,69 @@ def _mean_records(records: list[dict]) -> dict:
     return {key: float(np.mean([r[key] for r in records])) for key in records[0]}
 
 
+def _val_set_name(entry: str) -> str:
+    """The name a held-out distill run's metrics carry: its directory's."""
+    return Path(entry.partition("@")[0]).name
+
+
+def _require_same_target(field: str, entry: str, record: dict, fingerprint: str) -> None:
+    """Refuse a distill run (its distill.json `record`) whose features another target's weights
+    wrote (`distill.tensor_fingerprint`): a head trained or scored on them learns another
+    model."""
+    recorded = record.get("target_fingerprint")
+    if recorded is not None and recorded != fingerprint:
+        raise InvalidInputError(
+            f"{field} entry {entry!r} holds the features of another target (weights fingerprint "
+            f"{recorded}, this target's {fingerprint}); distill a run with this --target"
+        )
+
+
+def _held_out_batches(cfg: EagleTrainConfig, recipe, tokenizer, fingerprint: str) -> dict:
+    """{name: [(batch, mask)]} for each run in cfg.val_features: eval_batches x batch_size
+    windows evenly spaced through it (fixed for the whole run), made into batches as training
+    makes them, each with its loss mask: the rows whose guessed token is in the target's answer
+    (`chat.answer_label_mask`) for a chat run, every row for a corpus run."""
+    from minieagle.chat import answer_label_mask, answer_spans, assistant_cue, load_chat_template
+    from minieagle.distill import RUN_FILE as DISTILL_FILE
+    from minieagle.distill import open_pool
+
+    sets = {}
+    for entry in cfg.val_features:
+        directory = Path(entry.partition("@")[0])
+        pool = open_pool([entry])
+        record = json.loads((directory / DISTILL_FILE).read_text())
+        _require_same_target("val_features", entry, record, fingerprint)
+        if pool.window_tokens != cfg.seq_len + 1:
+            raise InvalidInputError(
+                f"val_features entry {entry!r} holds windows of {pool.window_tokens} tokens, "
+                f"not seq_len + 1 = {cfg.seq_len + 1}; distill it with --window-tokens "
+                f"{cfg.seq_len + 1}"
+            )
+        if not set(recipe.feature_keys) <= set(pool.keys):
+            raise InvalidInputError(
+                f"val_features entry {entry!r} records {list(pool.keys)}, but the {cfg.head} head "
+                f"needs {list(recipe.feature_keys)}; distill it with --keys "
+                f"{','.join(map(str, recipe.feature_keys))}"
+            )
+        cue = None
+        if record.get("source") == "chat":  # the template the run rendered its requests with
+            template_file = record.get("chat_template") or None
+            template = load_chat_template(cfg.target, tokenizer, template_file)
+            cue = assistant_cue(tokenizer, template)
+        count = min(len(pool), cfg.eval_batches * cfg.batch_size)
+        indices = np.linspace(0, len(pool) - 1, count).round().astype(np.int64)
+        batches = []
+        for chunk in np.array_split(indices, min(cfg.eval_batches, count)):
+            windows, hidden = pool.batch(chunk)
+            if cue is not None:
+                mask = answer_label_mask(*answer_spans(windows, cue), windows.shape[1])
+            else:
+                mask = np.ones((len(windows), windows.shape[1] - 1), dtype=bool)
+            batches.append((recipe.batch_from_hidden(windows, hidden), mask))
+        sets[_val_set_name(entry)] = batches
+    return sets
+
+
 class Eagle1Recipe:
     """What training an EAGLE-1 head needs from the loop: the target's final-norm features of a
     window, SmoothL1 + p_weight * soft-CE (with input-feature noise), and its metrics."""
@@ -443,11 +531,12 @@ class Eagle1Recipe:
         )  # fmt: skip
         return loss, {"top1": parts["top1"]}, grads
 
-    def metrics(self, head, batches: list) -> dict:
-        """Mean of `eagle1_metrics` (loss, smooth_l1, soft_ce, top1, accept) over batches."""
+    def metrics(self, head, batches: list, masks=None) -> dict:
+        """Mean of `eagle1_metrics` (loss, smooth_l1, soft_ce, top1, accept) over batches, each
+        over the rows of its mask in masks (bool [B, L] per batch; None: every row)."""
         records = []
-        for tokens, features, next_features in batches:
-            mask = _all_positions(features)
+        for i, (tokens, features, next_features) in enumerate(batches):
+            mask = _all_positions(features) if masks is None else to_device(masks[i], features)
             records.append(
                 eagle1_metrics(
                     head,
@@ -580,9 +669,12 @@ class Eagle3Recipe:
         fused = eagle3.fuse_features(hidden, self.head_cfg.aux_layers)[:, :-1]
         return windows, fused, logits
 
-    def _ttt(self, head, batch):
+    def _ttt(self, head, batch, mask=None):
         windows, fused, target_logits = batch
-        mask = _all_positions(fused)  # plain text: every position is a target
+        if mask is None:
+            mask = _all_positions(fused)  # plain text: every position is a target
+        else:
+            mask = to_device(mask, fused)
         return eagle3.ttt_loss(
             head, self.head_cfg, self.target_params, self.vocab, windows, fused, target_logits,
             mask, steps=self.cfg.ttt_steps, step_weight=self.cfg.step_weight,
@@ -592,12 +684,13 @@ class Eagle3Recipe:
         loss, parts, grads = self._ttt(head, batch)
         return loss, {"top1": parts["top1"][0], "top1_last": parts["top1"][-1]}, grads
 
-    def metrics(self, head, batches: list) -> dict:
+    def metrics(self, head, batches: list, masks=None) -> dict:
         """loss, and per TTT step s: top1_s (greedy acceptance of a draft s steps ahead along
-        the teacher-forced chain) and accept_s (sum_v min(p, q))."""
+        the teacher-forced chain) and accept_s (sum_v min(p, q)), over the rows of each batch's
+        mask in masks (None: every row)."""
         records = []
-        for batch in batches:
-            loss, parts, _ = self._ttt(head, batch)
+        for i, batch in enumerate(batches):
+            loss, parts, _ = self._ttt(head, batch, None if masks is None else masks[i])
             record = {"loss": loss}
             for s, (top1, accept) in enumerate(zip(parts["top1"], parts["accept"], strict=True)):
                 record[f"top1_{s}"], record[f"accept_{s}"] = top1, accept
@@ -724,9 +817,15 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
         _require_stream_length(val_streams[corpus], f"{corpus} val", cfg.seq_len)
     pool = None
     if cfg.data == "features":  # recorded shards; validation stays on the corpora
-        from minieagle.distill import open_pool
+        from minieagle.distill import BLOCK, open_pool, tensor_fingerprint
+        from minieagle.distill import RUN_FILE as DISTILL_FILE
 
         pool = open_pool(cfg.features, cfg.max_windows)
+        weights = tensor_fingerprint(target_params)
+        for entry in cfg.features:
+            if entry != BLOCK:
+                written = json.loads((Path(entry.partition("@")[0]) / DISTILL_FILE).read_text())
+                _require_same_target("features", entry, written, weights)
         if pool.window_tokens != cfg.seq_len + 1:
             raise InvalidInputError(
                 f"the feature shards hold windows of {pool.window_tokens} tokens, not seq_len + "
@@ -761,6 +860,12 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
         val_batches[corpus] = [
             recipe.target_batch(chunk) for chunk in np.array_split(windows, cfg.eval_batches)
         ]
+    held_out = {}  # the held-out distill runs' batches and masks
+    if cfg.val_features:
+        from minieagle.distill import tensor_fingerprint
+
+        weights = tensor_fingerprint(target_params)
+        held_out = _held_out_batches(cfg, recipe, tokenizer, weights)
     if not resume:
         _discard_states(out_dir)
     (out_dir / RUN_FILE).write_text(json.dumps(record, indent=2))
@@ -786,6 +891,10 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
         for corpus, batches in val_batches.items():
             for key, value in recipe.metrics(head, batches).items():
                 record[f"val_{key}_{corpus}"] = value
+        for name, pairs in held_out.items():
+            batches, masks = zip(*pairs, strict=True)
+            for key, value in recipe.metrics(head, list(batches), list(masks)).items():
+                record[f"val_{key}_{name}"] = value
         log["evals"].append(record)
         bar.write(
             " ".join(

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import jinja2
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -401,3 +402,32 @@ def test_smollm2_chats_through_its_own_template(capsys, smollm2_dir):
     code = cli.main([*argv, "--stats"])
     out, err = capsys.readouterr()
     assert code == 0 and "Paris" in out and "stop: eos" in err  # ended by <|im_end|>
+
+
+def test_answer_spans_find_each_answer_and_its_end_of_turn():
+    from minieagle.chat import answer_label_mask, answer_spans
+
+    windows = np.array([[5, 1, 2, 3, 7, 8, 1, 9, 9],
+                        [5, 5, 5, 5, 5, 5, 5, 5, 5],
+                        [1, 2, 3, 4, 4, 4, 4, 4, 4]])  # fmt: skip
+    starts, stops = answer_spans(windows, [1, 2, 3])
+    assert starts.tolist() == [4, -1, 3]
+    assert stops.tolist() == [7, 9, 9]  # one past the end-of-turn id (the cue's first), or the end
+    mask = answer_label_mask(starts, stops, 9)  # row t guesses token t + 2
+    assert mask.shape == (3, 8)
+    assert np.flatnonzero(mask[0]).tolist() == [2, 3, 4]  # tokens 4, 5, 6
+    assert not mask[1].any()  # no cue: nothing scored
+    assert np.flatnonzero(mask[2]).tolist() == [1, 2, 3, 4, 5, 6]  # tokens 3 .. 8
+
+
+def test_the_assistant_cue_is_what_every_request_ends_with(chatml_tokenizer):
+    """ChatML's cue closes the user's turn and opens the assistant's: its first id is the
+    end-of-turn token that `answer_spans` reads as the answer's end."""
+    from minieagle.chat import assistant_cue
+
+    cue = assistant_cue(chatml_tokenizer, CHATML)
+    assert chatml_tokenizer.decode(cue) == "\nassistant\n"  # specials not decoded
+    assert cue[2] == chatml_tokenizer.special_tokens["<|im_start|>"]
+    assert cue[0] in end_of_turn_ids(chatml_tokenizer, CHATML)
+    with pytest.raises(InvalidInputError, match="no common ending"):
+        assistant_cue(chatml_tokenizer, "{% for m in messages %}{{ m['content'] }}{% endfor %}")

@@ -6,6 +6,7 @@ branched off a longer warmup-stable-decay run equals its own run from scratch.""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -426,3 +427,99 @@ def test_blocks_are_read_in_turn_each_in_an_order_of_its_own(tmp_path):
         open_pool([f"{a}@0:9"])
     with pytest.raises(InvalidInputError, match="DIR@START:STOP"):
         open_pool([f"{a}@x"])
+
+
+@pytest.fixture(scope="module")
+def held_out_chat(tmp_path_factory):
+    """A held-out chat run of the small target (windows of 65 tokens) and a training run beside
+    it; the small target has no chat template of its own: a plain-text one stands in."""
+    root = tmp_path_factory.mktemp("held-out")
+    template = root / "chat.jinja"
+    template.write_text("{% for m in messages %}USER: {{ m['content'] }}\nASSISTANT:{% endfor %}")
+    run_distill(_cfg(root, "held", source="chat", split="val", window_tokens=65, prompt_tokens=8,
+                     shards=1, shard_windows=4, chat_template=str(template)),
+                progress=False)  # fmt: skip
+    run_distill(_cfg(root, "train", window_tokens=65, prompt_tokens=8, shards=1, shard_windows=4),
+                progress=False)  # fmt: skip
+    return root, template
+
+
+@pytest.mark.parametrize("head", ["eagle1", "eagle3"])
+def test_a_held_out_chat_run_is_scored_on_the_answers_alone(tmp_path, held_out_chat, head):
+    """--val-features: the evaluations score the held-out run's windows as the loss would score
+    them under a mask of the target's answers (`chat.answer_label_mask`), and that mask matters:
+    every row gives another figure."""
+    from minieagle.chat import answer_label_mask, answer_spans, assistant_cue, load_chat_template
+    from minieagle.heads import eagle1, eagle3
+    from minieagle.heads.eagle1 import load_head
+    from minieagle.heads.eagle3_io import load_eagle3_head
+
+    root, template = held_out_chat
+    init = "target" if head == "eagle3" else "random"
+    cfg = _head_cfg(tmp_path / "run", (str(root / "train"),), head=head, seq_len=64, steps=2,
+                    decay_steps=1, batch_size=2, eval_batches=2, eval_every=2,
+                    lm_head_init=init, val_features=(str(root / "held"),))  # fmt: skip
+    log = train_eagle_head(cfg, progress=False)
+    got = log["evals"][-1]
+    key = "val_top1_0_{}" if head == "eagle3" else "val_top1_{}"
+    assert {key.format(name) for name in ("prose", "code", "held")} <= set(got)
+
+    params, config, tokenizer = load_checkpoint(SMALL, dtype=np.float32)
+    cue = assistant_cue(tokenizer, load_chat_template(SMALL, tokenizer, str(template)))
+    shard = open_shards([str(root / "held")])[0]
+    windows = np.asarray(shard.windows[:], dtype=np.int64)  # 4 windows: all of them, 2 batches
+    hidden = {k: np.asarray(shard.hidden[k][:], dtype=np.float32) for k in shard.keys}
+    answers = answer_label_mask(*answer_spans(windows, cue), 65)
+    assert 0 < answers.sum() < answers.size
+
+    def score(mask):  # the mean over the two evaluation batches, as the log takes it
+        values = []
+        for rows in (slice(0, 2), slice(2, 4)):
+            h = {k: v[rows] for k, v in hidden.items()}
+            if head == "eagle3":
+                trained, hcfg, vocab = load_eagle3_head(tmp_path / "run" / "final",
+                                                        target_config=config)  # fmt: skip
+                fused = eagle3.fuse_features(h, hcfg.aux_layers)[:, :-1]
+                logits = h["final"][:, 1:] @ model.lm_head_weight(params).T
+                _, parts, _ = eagle3.ttt_loss(trained, hcfg, params, vocab, windows[rows], fused,
+                                              logits, mask[rows], steps=2)  # fmt: skip
+                values.append(parts["top1"][0])
+            else:
+                trained, hcfg = load_head(tmp_path / "run" / "final", target_dir=SMALL)
+                f = h["final"]
+                values.append(eagle1.eagle1_metrics(trained, hcfg, params, windows[rows, 1:],
+                                                    f[:, :-1], f[:, 1:], mask[rows])["top1"])
+        return float(np.mean(values))
+
+    assert got[key.format("held")] == pytest.approx(score(answers), abs=1e-6)
+    assert got[key.format("held")] != pytest.approx(score(np.ones_like(answers)), abs=1e-6)
+
+
+def test_held_out_runs_that_cannot_be_scored_are_refused(tmp_path, held_out_chat, feature_runs):
+    root, _ = held_out_chat
+    held, train = str(root / "held"), str(root / "train")
+    with pytest.raises(InvalidInputError, match="also in features"):
+        _head_cfg(tmp_path / "a", (train,), seq_len=64, val_features=(train,))
+    with pytest.raises(InvalidInputError, match="name 'held' is taken"):
+        _head_cfg(tmp_path / "a", (train,), seq_len=64, val_features=(held, f"{held}@0:1"))
+    with pytest.raises(InvalidInputError, match="name 'prose' is taken"):
+        _head_cfg(tmp_path / "a", (train,), seq_len=64, val_features=(str(tmp_path / "prose"),))
+    with pytest.raises(InvalidInputError, match="leave it empty for medusa"):
+        _head_cfg(tmp_path / "a", (train,), head="medusa", lm_head_init="random", seq_len=64,
+                  val_features=(held,))  # fmt: skip
+    short = (str(feature_runs / "corpus"),)  # windows of 17 tokens
+    with pytest.raises(InvalidInputError, match="--window-tokens 65"):
+        train_eagle_head(_head_cfg(tmp_path / "b", (train,), seq_len=64, val_features=short),
+                         progress=False)  # fmt: skip
+    for name, run in (("other-held", held), ("other-train", train)):
+        other = tmp_path / name  # the same run, said to come from another target's weights
+        shutil.copytree(run, other)
+        record = json.loads((other / "distill.json").read_text())
+        (other / "distill.json").write_text(json.dumps({**record, "target_fingerprint": "0" * 16}))
+    with pytest.raises(InvalidInputError, match="val_features entry .* another target"):
+        train_eagle_head(_head_cfg(tmp_path / "c", (train,), seq_len=64,
+                                   val_features=(str(tmp_path / "other-held"),)),
+                         progress=False)  # fmt: skip
+    with pytest.raises(InvalidInputError, match="features entry .* another target"):
+        train_eagle_head(_head_cfg(tmp_path / "d", (str(tmp_path / "other-train"),), seq_len=64),
+                         progress=False)  # fmt: skip

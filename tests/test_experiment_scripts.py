@@ -677,16 +677,6 @@ def test_the_head_speed_script_benches_heads_side_by_side(scripts, tmp_path):
         speed.main(["--eagle3", "small-eagle3", "--chain", "-1"])
 
 
-def test_chat_acceptance_finds_each_answer_and_its_end_of_turn(scripts):
-    acceptance = importlib.import_module("chat_acceptance")
-    windows = np.array([[5, 1, 2, 3, 7, 8, 1, 9, 9],
-                        [5, 5, 5, 5, 5, 5, 5, 5, 5],
-                        [1, 2, 3, 4, 4, 4, 4, 4, 4]])  # fmt: skip
-    starts, stops = acceptance.answer_spans(windows, [1, 2, 3])
-    assert starts.tolist() == [4, -1, 3]
-    assert stops.tolist() == [7, 9, 9]  # one past the end-of-turn id (the cue's first), or the end
-
-
 def test_chat_acceptance_scores_what_the_training_metric_scores(scripts, tmp_path):
     """benchmarks/chat_acceptance.py's forward-only scores over a held-out set equal
     `eagle3.ttt_loss`'s top1 and accept under the same mask, at every TTT step; the mean's

@@ -72,7 +72,7 @@ def _train_eagle_head(args) -> int:
     names += ("ttt_steps", "draft_vocab_size", "aux_layers", "lm_head_init")
     names += ("head_intermediate_size",)
     names += ("chat_prompts", "prompt_tokens", "cache_features", "max_windows", "medusa_heads")
-    names += ("features", "order", "decay_steps", "until", "init_from")
+    names += ("features", "val_features", "order", "decay_steps", "until", "init_from")
     fields = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.medusa_lm_head is not None:
         fields["medusa_own_lm_head"] = args.medusa_lm_head == "own"
@@ -126,6 +126,15 @@ def add_parser(sub) -> None:
         metavar="DIR",
         help="--data features: the distill runs to train on (corpus windows and the target's "
         "own text; their window length must be --seq-len + 1)",
+    )
+    p.add_argument(
+        "--val-features",
+        dest="val_features",
+        nargs="+",
+        metavar="DIR",
+        help="eagle1/eagle3: held-out distill runs (distill --split val|test|ood) scored at every "
+        "evaluation beside the corpora, answers only for a chat run (eval-batches x batch-size "
+        "windows of each)",
     )
     p.add_argument(
         "--order",
