@@ -249,10 +249,13 @@ heldout_answers() {
 #   over the answers DATA (`--init-from`, its draft vocabulary kept; FLAGS added: a width, a seed)
 #   with one schedule (warmup back to 3e-3, the last 320 of 3,200 steps of 4 x 256 decaying, 3
 #   TTT steps, two BLAS threads; every 400 steps scored on 32 windows of each held-out set of
-#   heldout_answers, answers only: the log's val_top1_0_heldout-val-T0 and so on) into
-#   $S/eagle3-TAG; then calibrated, then τ measured on the
-#   held-out chat requests into $S/e3-TAG-tau.json, then its acceptance beside the start's on
-#   the held-out sets (heldout_answers) into $S/e3-TAG-acceptance.json.
+#   heldout_answers, answers only: the log's val_top1_0_heldout-val-T0 and so on; the states
+#   at steps 1,600 and 2,240 kept, where runs decaying over the last 1,600 or 960 steps would
+#   begin their decay: the same training command with `--decay-steps 960 --branch-from
+#   $S/eagle3-TAG@2240` and another --out-dir trains that schedule in 960 steps, not 3,200)
+#   into $S/eagle3-TAG; then calibrated, then τ measured on the held-out chat requests into
+#   $S/e3-TAG-tau.json, then its acceptance beside the start's on the held-out sets
+#   (heldout_answers) into $S/e3-TAG-acceptance.json.
 head_from_shipped() {
   local H=$S/eagle3-$1 start=$S/start-eagle3-$1
   echo "
@@ -268,7 +271,7 @@ head_from_shipped() {
         --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps 320 --lr 3e-3 \
         --warmup-steps 50 --ttt-steps 3 --eval-every 400 --eval-batches 8 --save-every 25 \
         --val-features $S/heldout-val-T0 $S/heldout-ood-T0 $S/heldout-val-T1 $S/heldout-ood-T1 \
-        --export-dtype float16 --out-dir $H >>$S/train-eagle3-$1.log 2>&1 || exit 1
+        --keep-states 1600 2240 --export-dtype float16 --out-dir $H >>$S/train-eagle3-$1.log 2>&1 || exit 1
       [ -f $H/final/calibration.json ] || minieagle calibrate --head $H/final --model $M \
         --fit-prompts 4 --val-prompts 6 --temperatures 0.35,0.5 >$S/calibrate-eagle3-$1.log 2>&1
       [ -f $S/e3-$1-tau.json ] || python benchmarks/smollm2_methods.py --model $M \

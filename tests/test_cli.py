@@ -161,6 +161,12 @@ def test_bad_sampling_flags_exit_2_with_the_fix(checkpoint, capsys, flags, messa
         (["generate", "x", "--method", "eagle2", "--tree-top-k", "5000"],
          "--tree-top-k 5000 exceeds --total-tokens - 1 = 63, the largest tree auto sizing"),
         (["train", "target", "--max-train-chars", "-5"], "argument --max-train-chars: -5 is below"),
+        (["train", "target", "--features", "runs/x"], "--features applies to training a head"),
+        (["train", "draft-model", "--decay-steps", "5"], "--decay-steps applies to training"),
+        (["train", "eagle3", "--branch-from", "runs/long"], "expected RUN@STEP, e.g. runs/l"),
+        (["train", "eagle3", "--branch-from", "runs/long@5", "--no-resume"],
+         "--branch-from starts from a kept state and --no-resume"),
+        (["train", "eagle3", "--keep-states", "0"], "argument --keep-states: 0 is below 1"),
     ],
 )  # fmt: skip
 def test_out_of_range_and_misplaced_flags_exit_2_naming_the_flag(capsys, argv, message):

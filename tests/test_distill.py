@@ -406,6 +406,31 @@ def test_the_command_line_distills_and_trains_from_the_shards(tmp_path, capsys):
     assert main(train) == 0
     assert (tmp_path / "head" / "final" / "model.safetensors").is_file()
 
+    # a long run keeps its state at step 2; a branch of it with the short run's schedule ends
+    # where the short run ends (the command line's --keep-states and --branch-from)
+    def head(out, steps, decay):
+        argv = list(train)
+        argv[argv.index("--out-dir") + 1] = str(tmp_path / out)
+        argv[argv.index("--steps") + 1], argv[argv.index("--decay-steps") + 1] = steps, decay
+        return argv
+
+    capsys.readouterr()
+    assert main([*head("long", "6", "2"), "--keep-states", "2", "--until", "2"]) == 0
+    assert "paused at step 2" in capsys.readouterr().out
+    assert main([*head("branch", "3", "1"), "--branch-from", f"{tmp_path / 'long'}@2"]) == 0
+    a, b = _final_tensors(tmp_path / "head"), _final_tensors(tmp_path / "branch")
+    for name in a:
+        np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+    # the branch did start from the kept state: one of another seed's run ends elsewhere
+    assert main([*head("seed1", "6", "2"), "--keep-states", "2", "--until", "2",
+                 "--seed", "1"]) == 0  # fmt: skip
+    assert main([*head("branch1", "3", "1"), "--branch-from", f"{tmp_path / 'seed1'}@2"]) == 0
+    c = _final_tensors(tmp_path / "branch1")
+    assert any(not np.array_equal(a[name], c[name]) for name in a)
+    capsys.readouterr()
+    assert main([*head("other", "3", "1"), "--branch-from", f"{tmp_path / 'long'}@1"]) == 2
+    assert "kept no state at step 1" in capsys.readouterr().err
+
 
 def test_blocks_are_read_in_turn_each_in_an_order_of_its_own(tmp_path):
     """A pool of blocks ("|" between them) reads block after block; the order of the first

@@ -7,10 +7,24 @@ import json
 from minieagle.cli.flags import integer, number
 from minieagle.errors import InvalidInputError
 
+_HEADS_ONLY = (  # flags a head's training reads and a language model's does not
+    "target", "inputs", "noise", "data", "features", "val_features", "order", "decay_steps",
+    "until", "init_from", "keep_states", "branch_from", "generated_tokens", "chat_prompts",
+    "prompt_tokens", "cache_features", "max_windows", "ttt_steps", "draft_vocab_size",
+    "aux_layers", "lm_head_init", "head_intermediate_size", "medusa_heads", "medusa_lm_head",
+)  # fmt: skip
+
 
 def cmd_train(args) -> int:
     if args.what in ("eagle1", "eagle3", "medusa"):
         return _train_eagle_head(args)
+    given = [name for name in _HEADS_ONLY if getattr(args, name) is not None]
+    if given:
+        flag = "--" + given[0].replace("_", "-")
+        raise InvalidInputError(
+            f"{flag} applies to training a head (`train eagle1`, `eagle3` or `medusa`), not "
+            f"`train {args.what}`; drop it"
+        )
     from minieagle.train import TrainConfig, train
 
     fields = {
@@ -54,7 +68,7 @@ _HEAD_FLAGS = {  # flag -> the head it shapes
 
 
 def _train_eagle_head(args) -> int:
-    from minieagle.train_eagle import EagleTrainConfig, train_eagle_head
+    from minieagle.train_eagle import EagleTrainConfig, branch_from, train_eagle_head
 
     for flag in ("preset", "tokenizer"):
         if getattr(args, flag) is not None:
@@ -73,15 +87,32 @@ def _train_eagle_head(args) -> int:
     names += ("head_intermediate_size",)
     names += ("chat_prompts", "prompt_tokens", "cache_features", "max_windows", "medusa_heads")
     names += ("features", "val_features", "order", "decay_steps", "until", "init_from")
+    names += ("keep_states",)
     fields = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.medusa_lm_head is not None:
         fields["medusa_own_lm_head"] = args.medusa_lm_head == "own"
     if args.what in ("eagle3", "medusa"):
         fields.setdefault("out_dir", f"runs/{args.what}")
     cfg = EagleTrainConfig(head=args.what, **fields)
+    if args.branch_from is not None:
+        if args.no_resume:
+            raise InvalidInputError(
+                "--branch-from starts from a kept state and --no-resume discards every state; "
+                "drop one of them"
+            )
+        parent, _, step = args.branch_from.rpartition("@")
+        if not parent or not step.isdigit():
+            raise InvalidInputError(
+                f"--branch-from {args.branch_from!r}: expected RUN@STEP, e.g. runs/long@2240"
+            )
+        branch_from(parent, int(step), cfg.out_dir)
     log = train_eagle_head(cfg, resume=not args.no_resume, progress=not args.quiet)
     print(json.dumps(log["evals"][-1] if log["evals"] else {}, indent=2))
     kind = {"eagle1": "EAGLE-1 head", "eagle3": "EAGLE-3 head", "medusa": "Medusa heads"}
+    if "export_dir" not in log:  # paused at --until: saved, not exported
+        print(f"{kind[args.what]} paused at step {args.until}, saved in {cfg.out_dir}; run again "
+              "with a later --until, or without it, to go on")  # fmt: skip
+        return 0
     print(f"{kind[args.what]} written to {log['export_dir']}")
     return 0
 
@@ -152,6 +183,23 @@ def add_parser(sub) -> None:
         "--until",
         type=integer(0, "a step count"),
         help="stop at this step, saved and resumable, without exporting (0: run to the end)",
+    )
+    p.add_argument(
+        "--keep-states",
+        dest="keep_states",
+        nargs="+",
+        type=integer(1, "a step count such as 2240"),
+        metavar="STEP",
+        help="eagle1/eagle3: keep the training state at these steps in OUT_DIR/kept/, for "
+        "--branch-from",
+    )
+    p.add_argument(
+        "--branch-from",
+        dest="branch_from",
+        metavar="RUN@STEP",
+        help="eagle1/eagle3: start from the state RUN kept at STEP (--keep-states): with the same "
+        "data and seed, and a warmup-stable-decay schedule not decaying by STEP, it is exactly "
+        "where this run would stand there (e.g. another --decay-steps, or fewer --steps)",
     )
     p.add_argument(
         "--generated-tokens",
