@@ -434,10 +434,11 @@ def _require_same_target(field: str, entry: str, record: dict, fingerprint: str)
 
 
 def _held_out_batches(cfg: EagleTrainConfig, recipe, tokenizer, fingerprint: str) -> dict:
-    """{name: [(batch, mask)]} for each run in cfg.val_features: eval_batches x batch_size
-    windows evenly spaced through it (fixed for the whole run), made into batches as training
-    makes them, each with its loss mask: the rows whose guessed token is in the target's answer
-    (`chat.answer_label_mask`) for a chat run, every row for a corpus run."""
+    """{name: [(windows, hidden, mask)]} for each run in cfg.val_features: eval_batches x
+    batch_size windows evenly spaced through it (fixed for the whole run), as recorded (made
+    into batches at each evaluation, one at a time: a real target's logits of one batch take
+    hundreds of MB), each batch with its loss mask: the rows whose guessed token is in the
+    target's answer (`chat.answer_label_mask`) for a chat run, every row for a corpus run."""
     from minieagle.chat import answer_label_mask, answer_spans, assistant_cue, load_chat_template
     from minieagle.distill import RUN_FILE as DISTILL_FILE
     from minieagle.distill import open_pool
@@ -474,7 +475,7 @@ def _held_out_batches(cfg: EagleTrainConfig, recipe, tokenizer, fingerprint: str
                 mask = answer_label_mask(*answer_spans(windows, cue), windows.shape[1])
             else:
                 mask = np.ones((len(windows), windows.shape[1] - 1), dtype=bool)
-            batches.append((recipe.batch_from_hidden(windows, hidden), mask))
+            batches.append((windows, hidden, mask))
         sets[_val_set_name(entry)] = batches
     return sets
 
@@ -816,12 +817,14 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
         _require_stream_length(stream, f"{corpus} train", cfg.seq_len)
         _require_stream_length(val_streams[corpus], f"{corpus} val", cfg.seq_len)
     pool = None
-    if cfg.data == "features":  # recorded shards; validation stays on the corpora
+    weights = None  # the fingerprint distill records of the target's weights
+    if cfg.features or cfg.val_features:
         from minieagle.distill import BLOCK, open_pool, tensor_fingerprint
         from minieagle.distill import RUN_FILE as DISTILL_FILE
 
-        pool = open_pool(cfg.features, cfg.max_windows)
         weights = tensor_fingerprint(target_params)
+    if cfg.data == "features":  # recorded shards; validation stays on the corpora
+        pool = open_pool(cfg.features, cfg.max_windows)
         for entry in cfg.features:
             if entry != BLOCK:
                 written = json.loads((Path(entry.partition("@")[0]) / DISTILL_FILE).read_text())
@@ -860,12 +863,7 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
         val_batches[corpus] = [
             recipe.target_batch(chunk) for chunk in np.array_split(windows, cfg.eval_batches)
         ]
-    held_out = {}  # the held-out distill runs' batches and masks
-    if cfg.val_features:
-        from minieagle.distill import tensor_fingerprint
-
-        weights = tensor_fingerprint(target_params)
-        held_out = _held_out_batches(cfg, recipe, tokenizer, weights)
+    held_out = _held_out_batches(cfg, recipe, tokenizer, weights) if cfg.val_features else {}
     if not resume:
         _discard_states(out_dir)
     (out_dir / RUN_FILE).write_text(json.dumps(record, indent=2))
@@ -891,9 +889,10 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
         for corpus, batches in val_batches.items():
             for key, value in recipe.metrics(head, batches).items():
                 record[f"val_{key}_{corpus}"] = value
-        for name, pairs in held_out.items():
-            batches, masks = zip(*pairs, strict=True)
-            for key, value in recipe.metrics(head, list(batches), list(masks)).items():
+        for name, recorded in held_out.items():  # each batch's mean, then their mean
+            records = [recipe.metrics(head, [recipe.batch_from_hidden(windows, hidden)], [mask])
+                       for windows, hidden, mask in recorded]  # fmt: skip
+            for key, value in _mean_records(records).items():
                 record[f"val_{key}_{name}"] = value
         log["evals"].append(record)
         bar.write(
