@@ -729,3 +729,39 @@ def test_chat_acceptance_scores_what_the_training_metric_scores(scripts, tmp_pat
     argv = ["--replot", str(saved), "--plot", str(png), "--line", "a,b", "--goal", "0.8=goal",
             "--extrapolate"]  # fmt: skip
     assert acceptance.main(argv) == 0 and png.stat().st_size > 10_000
+
+
+def test_train_curves_reads_finished_and_running_runs_and_lays_them_end_to_end(scripts, tmp_path):
+    """benchmarks/train_curves.py: a train_log.json, a finished run directory and a running one
+    (its last saved state's log); --concat offsets each log by the steps before it; the keys
+    are picked by pattern; a pattern that matches nothing names some keys."""
+    curves = importlib.import_module("train_curves")
+
+    def log(values):
+        return {"evals": [{"step": 100 * i, "val_top1_0_prose": v, "val_loss_prose": 9.0}
+                          for i, v in enumerate(values)]}  # fmt: skip
+
+    (tmp_path / "a.json").write_text(json.dumps(log([0.1, 0.2, 0.3])))
+    (tmp_path / "done").mkdir()
+    (tmp_path / "done" / "train_log.json").write_text(json.dumps(log([0.3, 0.35])))
+    (tmp_path / "running" / "state").mkdir(parents=True)
+    (tmp_path / "running" / "state" / "state.json").write_text(
+        json.dumps({"step": 150, "rng": {}, "log": log([0.35, 0.4])}))  # fmt: skip
+    logs = {label: curves.read_log(tmp_path / name)
+            for label, name in (("a", "a.json"), ("b", "done"), ("c", "running"))}  # fmt: skip
+    got = curves.series(logs, ["val_top1_0_*"], concat=True)
+    assert list(got) == ["val_top1_0_prose"]
+    assert got["val_top1_0_prose"]["b"] == ([200, 300], [0.3, 0.35])
+    assert got["val_top1_0_prose"]["c"] == ([300, 400], [0.35, 0.4])
+    apart = curves.series(logs, ["val_top1_0_*"], concat=False)["val_top1_0_prose"]
+    assert apart["c"][0] == [0, 100]  # without --concat each log starts at its own step 0
+    with pytest.raises(InvalidInputError, match="val_loss_prose"):
+        curves.series(logs, ["top5*"], concat=False)
+    with pytest.raises(InvalidInputError, match="no train_log.json"):
+        curves.read_log(tmp_path)
+    png = tmp_path / "c.png"
+    argv = ["--log", f"a={tmp_path / 'a.json'}", "--log", f"b={tmp_path / 'done'}", "--concat",
+            "--decay-steps", "50", "--out", str(png)]  # fmt: skip
+    assert curves.main(argv) == 0 and png.stat().st_size > 10_000
+    with pytest.raises(InvalidInputError, match="given twice"):
+        curves.main(["--log", f"a={tmp_path / 'a.json'}", "--log", f"a={tmp_path / 'done'}"])
