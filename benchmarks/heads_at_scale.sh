@@ -68,7 +68,14 @@ if [ "$MODE" = status ]; then
     [ -d "$run" ] && echo "$run: $(ls -d "$run"/shard-?????  2>/dev/null | wc -l) shards"
   done
   for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$S"/eagle3-n "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
-    [ -f "$run/state/state.json" ] && echo "$run: step $(python -c "import json,sys; print(json.load(open(sys.argv[1]))['step'])" "$run/state/state.json")"
+    [ -f "$run/state/state.json" ] && echo "$run: $(python -c "
+import json, sys
+state = json.load(open(sys.argv[1]))
+last = state['log']['evals'][-1] if state['log'].get('evals') else {}
+held = '  '.join(f'{k[len(\"val_top1_0_\"):]} {v:.3f}' for k, v in last.items()
+                 if k.startswith('val_top1_0_heldout'))
+print(f'step {state[\"step\"]}' + (f'; at step {last[\"step\"]}, top-1 {held}' if held else ''))
+" "$run/state/state.json")"
   done
   exit 0
 fi
