@@ -1,4 +1,4 @@
-"""EAGLE-3 heads' acceptance on held-out chat answers the target wrote itself, no decoding needed.
+"""EAGLE heads' acceptance on held-out chat answers the target wrote itself, no decoding needed.
 
 τ on a handful of chat requests (`benchmarks/smollm2_methods.py`) is what a user sees, but six
 requests of 64 tokens are a few hundred drafts: too few to tell two heads apart by a few
@@ -31,6 +31,11 @@ for all heads.
         --head wide=minieagle/pretrained/smollm2-eagle3 \\
         --data $S/heldout-val-T0 $S/heldout-ood-T0 --out docs/results/chat-acceptance.json
 
+An EAGLE-1 head (its config.json says which) is scored one step ahead only: its token x_{t+1}
+and the target's feature f_t in, its predicted f̂_{t+1} through the target's whole LM head out
+(`eagle1.head_forward`), so beside an EAGLE-3 head it answers the EAGLE-3 paper's question on
+the same positions. Its coverage is 1: it drafts from the whole vocabulary.
+
 A head is LABEL=DIR, or LABEL=git:COMMIT:PATH for a head as a commit shipped it (read with
 `git show` into a temporary directory). `--tokens LABEL=N` records how many training tokens a
 head saw, and `--plot` draws top1_0 / accept_0 against them.
@@ -52,7 +57,7 @@ from minieagle.chat import answer_label_mask, answer_spans, assistant_cue, load_
 from minieagle.checkpoint import load_checkpoint
 from minieagle.distill import RUN_FILE, open_shards
 from minieagle.errors import InvalidInputError
-from minieagle.heads import eagle3
+from minieagle.heads import eagle1, eagle3
 from minieagle.heads.eagle3_io import load_eagle3_head
 
 HEAD_FILES = ("config.json", "model.safetensors")
@@ -79,12 +84,15 @@ def head_directory(spec: str, scratch: Path) -> Path:
 
 def score_batch(step_logits, vocab, target_top, target_on_draft, mask) -> list[dict]:
     """Per step s: per window, (sum of top1, sum of accept, positions) over rows t with
-    mask[t + s] (row t at step s drafts the token the target's row t + s predicts)."""
+    mask[t + s] (row t at step s drafts the token the target's row t + s predicts). vocab: an
+    EAGLE-3 head's draft vocabulary, or None for logits over the target's whole vocabulary."""
     out = []
     for s, logits in enumerate(step_logits):
         T = logits.shape[1] - s
         weights = mask[:, s:].astype(np.float64)
-        draft_top = eagle3.draft_to_target(np.argmax(logits[:, :T], axis=-1), vocab)
+        draft_top = np.argmax(logits[:, :T], axis=-1)
+        if vocab is not None:
+            draft_top = eagle3.draft_to_target(draft_top, vocab)
         agree = (draft_top == target_top[:, s:]).astype(np.float64)
         q = layers.softmax(logits[:, :T].astype(np.float64))
         overlap = np.minimum(q, target_on_draft[:, s:]).sum(axis=-1)
@@ -110,17 +118,44 @@ def mean_and_error(sums: np.ndarray, counts: np.ndarray) -> tuple[float, float]:
     return float(mean), float(np.sqrt((resid**2).sum() / (k * (k - 1))))
 
 
+def load_any_head(directory: Path, config) -> tuple:
+    """(kind, head, cfg, vocab) of the head in directory: "eagle3" with its draft vocabulary,
+    or "eagle1" (it drafts through the target's LM head: vocab None)."""
+    kind = json.loads((directory / "config.json").read_text()).get("minieagle_head", "eagle3")
+    if kind == "eagle1":
+        head, cfg = eagle1.load_head(directory)
+        return "eagle1", head, cfg, None
+    if kind != "eagle3":
+        raise InvalidInputError(f"{directory} holds a {kind} head; pass an EAGLE-1 or EAGLE-3 head")
+    return ("eagle3", *load_eagle3_head(directory, target_config=config))
+
+
+def head_step_logits(kind, head, cfg, target_params, windows, hidden, steps: int) -> list:
+    """The head's logits [B, T, V'] per step over windows [B, T + 1]: an EAGLE-3 head unrolled
+    `steps` steps as training does (`eagle3._ttt_forward`); an EAGLE-1 head's one step (token
+    x_{t+1} and the target's feature f_t in, f̂_{t+1} through the target's LM head out)."""
+    if kind == "eagle1":
+        _, logits, _ = eagle1.head_forward(head, cfg, target_params, windows[:, 1:],
+                                           hidden["final"][:, :-1])  # fmt: skip
+        return [logits]
+    fused = eagle3.fuse_features(hidden, cfg.aux_layers)[:, :-1]
+    step_logits, _ = eagle3._ttt_forward(head, cfg, target_params, windows, fused, steps=steps)
+    return step_logits
+
+
 def evaluate(target_params, heads: dict, data_dir: Path, spans, *, steps: int,
              batch_size: int, max_windows: int = 0) -> dict:  # fmt: skip
     """{label: {"top1": [(mean, se)] per step, "accept": ..., "covered": (mean, se),
-    "positions": n, "windows": k}} for every head (label: (head, cfg, vocab)) on one held-out
-    set; spans(windows) -> (start, stop) per window: the tokens scored (`answer_spans`)."""
+    "positions": n, "windows": k}} for every head (label: (kind, head, cfg, vocab),
+    `load_any_head`; an EAGLE-1 head has step 0 only) on one held-out set; spans(windows) ->
+    (start, stop) per window: the tokens scored (`answer_spans`)."""
     shards = open_shards([str(data_dir)])
     if not shards:
         raise InvalidInputError(f"{data_dir} has no complete shard yet; wait for the distill run")
     lm_head = model.lm_head_weight(target_params)  # [V, d]
-    per_head = {label: [{"top1": [], "accept": [], "n": []} for _ in range(steps)]
-                for label in heads}  # fmt: skip
+    per_head = {label: [{"top1": [], "accept": [], "n": []}
+                        for _ in range(1 if kind == "eagle1" else steps)]
+                for label, (kind, *_) in heads.items()}  # fmt: skip
     covered = {label: ([], []) for label in heads}
     seen = 0
     for cache in shards:
@@ -139,16 +174,19 @@ def evaluate(target_params, heads: dict, data_dir: Path, spans, *, steps: int,
             target_top = target_logits.argmax(axis=-1)
             target_probs = layers.softmax(target_logits.astype(np.float64))
             del target_logits
-            for label, (head, cfg, vocab) in heads.items():
-                fused = eagle3.fuse_features(hidden, cfg.aux_layers)[:, :-1]
-                step_logits, _ = eagle3._ttt_forward(head, cfg, target_params, windows, fused,
-                                                     steps=steps)  # fmt: skip
-                on_draft = np.take(target_probs, vocab.ids, axis=-1)
+            for label, (kind, head, cfg, vocab) in heads.items():
+                step_logits = head_step_logits(kind, head, cfg, target_params, windows, hidden,
+                                               steps)  # fmt: skip
+                on_draft = target_probs if vocab is None else np.take(target_probs, vocab.ids,
+                                                                      axis=-1)  # fmt: skip
                 for s, scores in enumerate(score_batch(step_logits, vocab, target_top,
                                                        on_draft, mask)):  # fmt: skip
                     for name in ("top1", "accept", "n"):
                         per_head[label][s][name].append(scores[name])
-                inside = np.take(vocab.t2d, target_top).astype(np.float64)
+                if vocab is None:  # the whole vocabulary: every token can be drafted
+                    inside = np.ones(target_top.shape)
+                else:
+                    inside = np.take(vocab.t2d, target_top).astype(np.float64)
                 covered[label][0].append((inside * mask).sum(axis=1))
                 covered[label][1].append(mask.sum(axis=1).astype(np.float64))
     results = {}
@@ -238,7 +276,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="the target's checkpoint directory")
     p.add_argument("--head", action="append", metavar="LABEL=DIR",
-                   help="an EAGLE-3 head (DIR or git:COMMIT:PATH); repeat for more")  # fmt: skip
+                   help="an EAGLE-3 or EAGLE-1 head (DIR or git:COMMIT:PATH); repeat for "
+                   "more")  # fmt: skip
     p.add_argument("--data", nargs="+", help="held-out distill run directories")
     p.add_argument("--tokens", action="append", default=[], metavar="LABEL=N",
                    help="training tokens a head saw (for the plot)")  # fmt: skip
@@ -275,7 +314,7 @@ def main(argv=None) -> int:
         label, sep, spec = item.partition("=")
         if not sep:
             raise InvalidInputError(f"--head {item!r}: expected LABEL=DIR, e.g. wide=DIR")
-        heads[label] = load_eagle3_head(head_directory(spec, scratch), target_config=config)
+        heads[label] = load_any_head(head_directory(spec, scratch), config)
         specs[label] = spec
     tokens = {}
     for item in args.tokens:

@@ -685,6 +685,7 @@ def test_chat_acceptance_scores_what_the_training_metric_scores(scripts, tmp_pat
     from minieagle.checkpoint import load_checkpoint
     from minieagle.distill import DistillConfig, open_shards, run_distill
     from minieagle.heads import eagle3
+    from minieagle.heads.eagle1 import eagle1_metrics, load_head
     from minieagle.heads.eagle3_io import load_eagle3_head
 
     acceptance = importlib.import_module("chat_acceptance")
@@ -700,8 +701,11 @@ def test_chat_acceptance_scores_what_the_training_metric_scores(scripts, tmp_pat
     def spans(windows):  # answers of several lengths, from each window's own tokens
         return np.full(len(windows), 8), 12 + windows[:, 1] % 22
 
-    got = acceptance.evaluate(params, {"h": (head, cfg, vocab)}, run, spans, steps=3,
-                              batch_size=2)["h"]  # fmt: skip
+    e1_head, e1_cfg = load_head(pretrained / "small-eagle1")
+    both = acceptance.evaluate(params, {"h": ("eagle3", head, cfg, vocab),
+                                        "e1": ("eagle1", e1_head, e1_cfg, None)}, run, spans,
+                               steps=3, batch_size=2)  # fmt: skip
+    got = both["h"]
     shard = open_shards([str(run)])[0]
     windows = np.asarray(shard.windows[:], dtype=np.int64)
     hidden = {k: np.asarray(shard.hidden[k][:], dtype=np.float32) for k in shard.keys}
@@ -714,6 +718,14 @@ def test_chat_acceptance_scores_what_the_training_metric_scores(scripts, tmp_pat
     assert [m for m, _ in got["top1"]] == pytest.approx(parts["top1"], abs=1e-9)
     assert [m for m, _ in got["accept"]] == pytest.approx(parts["accept"], abs=1e-6)
     assert got["positions"] == int(mask.sum()) and got["windows"] == 5
+    # an EAGLE-1 head: one step, as its training metric scores it under the same mask
+    f = hidden["final"]
+    e1 = eagle1_metrics(e1_head, e1_cfg, params, windows[:, 1:], f[:, :-1], f[:, 1:], mask)
+    assert len(both["e1"]["top1"]) == 1 and both["e1"]["covered"][0] == 1.0
+    assert both["e1"]["top1"][0][0] == pytest.approx(e1["top1"], abs=1e-9)
+    assert both["e1"]["accept"][0][0] == pytest.approx(e1["accept"], abs=1e-6)
+    assert acceptance.load_any_head(pretrained / "small-eagle1", config)[0] == "eagle1"
+    assert acceptance.load_any_head(pretrained / "small-eagle3", config)[0] == "eagle3"
     assert all(0 < e < 0.5 for _, e in got["top1"])
     assert 0.9 < got["covered"][0] <= 1.0
     assert acceptance.paired_difference(got, got, "top1") == (0.0, 0.0)
