@@ -31,10 +31,11 @@ for all heads.
         --head wide=minieagle/pretrained/smollm2-eagle3 \\
         --data $S/heldout-val-T0 $S/heldout-ood-T0 --out docs/results/chat-acceptance.json
 
-An EAGLE-1 head (its config.json says which) is scored one step ahead only: its token x_{t+1}
-and the target's feature f_t in, its predicted f̂_{t+1} through the target's whole LM head out
-(`eagle1.head_forward`), so beside an EAGLE-3 head it answers the EAGLE-3 paper's question on
-the same positions. Its coverage is 1: it drafts from the whole vocabulary.
+An EAGLE-1 head (its config.json says which) is unrolled as its chains draft: step 0 reads
+the token x_{t+1} and the target's feature f_t, step s its own guess of the feature before
+(`eagle1_unrolled`, through `eagle1.head_forward` and its KV cache), so beside an EAGLE-3 head
+it answers the EAGLE-3 paper's question on the same positions: does training-time test keep
+the later drafts better? Its coverage is 1: it drafts from the whole vocabulary.
 
 A head is LABEL=DIR, or LABEL=git:COMMIT:PATH for a head as a commit shipped it (read with
 `git show` into a temporary directory). `--tokens LABEL=N` records how many training tokens a
@@ -130,14 +131,42 @@ def load_any_head(directory: Path, config) -> tuple:
     return ("eagle3", *load_eagle3_head(directory, target_config=config))
 
 
+def chain_mask(T: int, step: int) -> np.ndarray:
+    """bool [T, (step + 1) T]: what row t of unrolled step `step` sees among the keys of steps
+    0 .. step laid end to end: step 0's rows <= t (the true prefix up to the chain's root t)
+    and, of each later step, row t alone (its own chain's earlier drafts)."""
+    index = np.arange(T)
+    blocks = [index[None, :] <= index[:, None]]
+    blocks += [index[None, :] == index[:, None]] * step
+    return np.concatenate(blocks, axis=1)
+
+
+def eagle1_unrolled(head, cfg, target_params, windows, features, steps: int) -> list:
+    """An EAGLE-1 head's logits [B, T, V] per step along a chain rooted at every row, tokens
+    teacher-forced, as drafting a chain sees them once its drafts are accepted: step 0 reads
+    x_{t+1} and the target's f_t; step s reads x_{t+1+s} and its own step s - 1 output at row t
+    (its guess of f_{t+s}), at position t + s, attending to the true prefix up to t and to its
+    chain's steps (`chain_mask`), through `eagle1.head_forward` and a KV cache that keeps each
+    step's keys. windows int [B, T + 1], features [B, T, d] (f_0 .. f_{T-1})."""
+    B, T = features.shape[0], windows.shape[1] - 1
+    chain = np.concatenate([windows, np.zeros((B, steps - 1), windows.dtype)], axis=1)
+    cache = eagle1.new_head_cache(cfg, head, capacity=steps * T, batch=B)
+    out, index = [], np.arange(T)
+    for s in range(steps):
+        features, logits, _ = eagle1.head_forward(
+            head, cfg, target_params, chain[:, 1 + s : 1 + s + T], features,
+            position_ids=index + s, attention_mask=chain_mask(T, s), cache=cache,
+        )  # fmt: skip
+        out.append(logits)
+    return out
+
+
 def head_step_logits(kind, head, cfg, target_params, windows, hidden, steps: int) -> list:
     """The head's logits [B, T, V'] per step over windows [B, T + 1]: an EAGLE-3 head unrolled
-    `steps` steps as training does (`eagle3._ttt_forward`); an EAGLE-1 head's one step (token
-    x_{t+1} and the target's feature f_t in, f̂_{t+1} through the target's LM head out)."""
+    `steps` steps as training does (`eagle3._ttt_forward`), an EAGLE-1 head as its chains
+    draft (`eagle1_unrolled`)."""
     if kind == "eagle1":
-        _, logits, _ = eagle1.head_forward(head, cfg, target_params, windows[:, 1:],
-                                           hidden["final"][:, :-1])  # fmt: skip
-        return [logits]
+        return eagle1_unrolled(head, cfg, target_params, windows, hidden["final"][:, :-1], steps)
     fused = eagle3.fuse_features(hidden, cfg.aux_layers)[:, :-1]
     step_logits, _ = eagle3._ttt_forward(head, cfg, target_params, windows, fused, steps=steps)
     return step_logits
@@ -147,15 +176,14 @@ def evaluate(target_params, heads: dict, data_dir: Path, spans, *, steps: int,
              batch_size: int, max_windows: int = 0) -> dict:  # fmt: skip
     """{label: {"top1": [(mean, se)] per step, "accept": ..., "covered": (mean, se),
     "positions": n, "windows": k}} for every head (label: (kind, head, cfg, vocab),
-    `load_any_head`; an EAGLE-1 head has step 0 only) on one held-out set; spans(windows) ->
+    `load_any_head`) on one held-out set; spans(windows) ->
     (start, stop) per window: the tokens scored (`answer_spans`)."""
     shards = open_shards([str(data_dir)])
     if not shards:
         raise InvalidInputError(f"{data_dir} has no complete shard yet; wait for the distill run")
     lm_head = model.lm_head_weight(target_params)  # [V, d]
-    per_head = {label: [{"top1": [], "accept": [], "n": []}
-                        for _ in range(1 if kind == "eagle1" else steps)]
-                for label, (kind, *_) in heads.items()}  # fmt: skip
+    per_head = {label: [{"top1": [], "accept": [], "n": []} for _ in range(steps)]
+                for label in heads}  # fmt: skip
     covered = {label: ([], []) for label in heads}
     seen = 0
     for cache in shards:

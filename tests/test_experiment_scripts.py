@@ -684,7 +684,7 @@ def test_chat_acceptance_scores_what_the_training_metric_scores(scripts, tmp_pat
     from minieagle import model
     from minieagle.checkpoint import load_checkpoint
     from minieagle.distill import DistillConfig, open_shards, run_distill
-    from minieagle.heads import eagle3
+    from minieagle.heads import eagle1, eagle3
     from minieagle.heads.eagle1 import eagle1_metrics, load_head
     from minieagle.heads.eagle3_io import load_eagle3_head
 
@@ -718,12 +718,27 @@ def test_chat_acceptance_scores_what_the_training_metric_scores(scripts, tmp_pat
     assert [m for m, _ in got["top1"]] == pytest.approx(parts["top1"], abs=1e-9)
     assert [m for m, _ in got["accept"]] == pytest.approx(parts["accept"], abs=1e-6)
     assert got["positions"] == int(mask.sum()) and got["windows"] == 5
-    # an EAGLE-1 head: one step, as its training metric scores it under the same mask
+    # an EAGLE-1 head: step 0 as its training metric scores it under the same mask ...
     f = hidden["final"]
     e1 = eagle1_metrics(e1_head, e1_cfg, params, windows[:, 1:], f[:, :-1], f[:, 1:], mask)
-    assert len(both["e1"]["top1"]) == 1 and both["e1"]["covered"][0] == 1.0
+    assert len(both["e1"]["top1"]) == 3 and both["e1"]["covered"][0] == 1.0
     assert both["e1"]["top1"][0][0] == pytest.approx(e1["top1"], abs=1e-9)
     assert both["e1"]["accept"][0][0] == pytest.approx(e1["accept"], abs=1e-6)
+    # ... and its later steps as a chain drafted one token at a time through its KV cache: the
+    # true prefix up to the root, then each step its own feature and the next true token
+    unrolled = acceptance.eagle1_unrolled(e1_head, e1_cfg, params, windows[:1], f[:1, :-1], 3)
+    for root in (0, 6, 20):
+        cache = eagle1.new_head_cache(e1_cfg, e1_head, capacity=64)
+        g, logits, _ = eagle1.head_forward(e1_head, e1_cfg, params, windows[:1, 1 : root + 2],
+                                           f[:1, : root + 1], cache=cache)  # fmt: skip
+        by_hand = [logits[0, root]]
+        g = g[:, root:]
+        for s in (1, 2):
+            token = windows[:1, root + 1 + s : root + 2 + s]
+            g, logits, _ = eagle1.head_forward(e1_head, e1_cfg, params, token, g, cache=cache)
+            by_hand.append(logits[0, 0])
+        for s in range(3):
+            np.testing.assert_allclose(unrolled[s][0, root], by_hand[s], rtol=1e-4, atol=1e-4)
     assert acceptance.load_any_head(pretrained / "small-eagle1", config)[0] == "eagle1"
     assert acceptance.load_any_head(pretrained / "small-eagle3", config)[0] == "eagle3"
     assert all(0 < e < 0.5 for _, e in got["top1"])
