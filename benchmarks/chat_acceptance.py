@@ -372,10 +372,11 @@ def main(argv=None) -> int:
                   f"{r['windows']} windows")  # fmt: skip
         labels = list(results)
         for before, after in zip(labels, labels[1:], strict=False):
-            gains = [paired_difference(results[after], results[before], m) for m in
-                     ("top1", "accept")]  # fmt: skip
-            print(f"  {after} - {before}, step 0: top1 {gains[0][0]:+.3f}±{gains[0][1]:.3f}, "
-                  f"accept {gains[1][0]:+.3f}±{gains[1][1]:.3f}")  # fmt: skip
+            for metric in ("top1", "accept"):
+                gains = [paired_difference(results[after], results[before], metric, step)
+                         for step in range(args.steps)]  # fmt: skip
+                print(f"  {after} - {before}, {metric} by step: "
+                      + "  ".join(f"{m:+.3f}±{e:.3f}" for m, e in gains))  # fmt: skip
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
         print(f"results written to {args.out}")
