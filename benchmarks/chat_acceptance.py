@@ -300,6 +300,36 @@ def plot(report: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def plot_steps(report: dict, path: Path) -> None:
+    """Each head's acceptance by steps ahead, one panel per held-out set (top-1 at T = 0,
+    Σ min(p, q) at T = 1), with error bars: where a head's later drafts fall off."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(report["sets"])
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.6), sharey=True,
+                             squeeze=False)  # fmt: skip
+    for ax, name in zip(axes[0], names, strict=True):
+        greedy = report["provenance"][name]["temperature"] == 0
+        metric = "top1" if greedy else "accept"
+        for label, record in report["sets"][name].items():
+            values = record[metric]
+            steps = range(1, len(values) + 1)
+            ax.errorbar(steps, [m for m, _ in values], yerr=[e for _, e in values], marker="o",
+                        capsize=3, label=label)  # fmt: skip
+        ax.set_title(f"{name}: {'top-1' if greedy else 'Σ min(p, q)'}", fontsize=9)
+        ax.set_xlabel("draft step along the chain")
+        ax.set_xticks(list(steps))
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("acceptance (answer positions)")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", help="the target's checkpoint directory")
@@ -314,6 +344,8 @@ def main(argv=None) -> int:
     p.add_argument("--max-windows", type=int, default=0, help="per set; 0 = all")
     p.add_argument("--out", type=Path, help="JSON report")
     p.add_argument("--plot", type=Path, help="PNG: step 0 against --tokens")
+    p.add_argument("--plot-steps", type=Path, metavar="PNG",
+                   help="PNG: each head's acceptance by draft step, a panel per set")  # fmt: skip
     p.add_argument("--line", help="LABEL,LABEL,...: the heads of one kind the plot joins by a "
                    "line (default all); the others are points of their own")  # fmt: skip
     p.add_argument("--extrapolate", action="store_true",
@@ -329,7 +361,10 @@ def main(argv=None) -> int:
         report = json.loads(args.replot.read_text())
         changes = {"line": line or report.get("line"), "goals": args.goal,
                    "extrapolate": args.extrapolate}  # fmt: skip
-        plot({**report, **changes}, args.plot)
+        if args.plot:
+            plot({**report, **changes}, args.plot)
+        if args.plot_steps:
+            plot_steps(report, args.plot_steps)
         return 0
     if not (args.model and args.head and args.data):
         p.error("--model, --head and --data are required (or --replot JSON --plot PNG)")
@@ -383,6 +418,9 @@ def main(argv=None) -> int:
     if args.plot:
         plot(report, args.plot)
         print(f"plot written to {args.plot}")
+    if args.plot_steps:
+        plot_steps(report, args.plot_steps)
+        print(f"plot written to {args.plot_steps}")
     return 0
 
 

@@ -753,9 +753,11 @@ def test_chat_acceptance_scores_what_the_training_metric_scores(scripts, tmp_pat
                                for label, y in [("a", 0.3), ("b", 0.5), ("c", 0.6)]}}}  # fmt: skip
     saved, png = tmp_path / "report.json", tmp_path / "trend.png"
     saved.write_text(json.dumps(report))
+    steps_png = tmp_path / "steps.png"
     argv = ["--replot", str(saved), "--plot", str(png), "--line", "a,b", "--goal", "0.8=goal",
-            "--extrapolate"]  # fmt: skip
+            "--extrapolate", "--plot-steps", str(steps_png)]  # fmt: skip
     assert acceptance.main(argv) == 0 and png.stat().st_size > 10_000
+    assert steps_png.stat().st_size > 10_000
 
 
 def test_train_curves_reads_finished_and_running_runs_and_lays_them_end_to_end(scripts, tmp_path):
