@@ -17,7 +17,9 @@ up to and with its end-of-turn token:
 - accept_s: sum_v min(p_v, q_v), the chance that a draft sampled from the head is accepted by
   speculative sampling (the T = 1 chain's acceptance);
 - covered: the share of the target's argmax tokens inside the head's draft vocabulary, the
-  ceiling on top1.
+  ceiling on top1;
+- covered_mass: the target's probability inside the draft vocabulary (at temperature 1), the
+  ceiling on accept: a draft vocabulary's price when the target samples.
 
 Each figure is a mean over answer positions with its standard error over windows (the windows
 are independent; a window's positions are not); consecutive heads are also compared on the
@@ -185,6 +187,7 @@ def evaluate(target_params, heads: dict, data_dir: Path, spans, *, steps: int,
     per_head = {label: [{"top1": [], "accept": [], "n": []} for _ in range(steps)]
                 for label in heads}  # fmt: skip
     covered = {label: ([], []) for label in heads}
+    mass = {label: [] for label in heads}  # per window: the target's mass on the draft vocabulary
     seen = 0
     for cache in shards:
         for first in range(0, len(cache), batch_size):
@@ -216,6 +219,7 @@ def evaluate(target_params, heads: dict, data_dir: Path, spans, *, steps: int,
                 else:
                     inside = np.take(vocab.t2d, target_top).astype(np.float64)
                 covered[label][0].append((inside * mask).sum(axis=1))
+                mass[label].append((on_draft.sum(axis=-1) * mask).sum(axis=1))
                 covered[label][1].append(mask.sum(axis=1).astype(np.float64))
     results = {}
     for label, per_step in per_head.items():
@@ -229,6 +233,7 @@ def evaluate(target_params, heads: dict, data_dir: Path, spans, *, steps: int,
                 record["per_window"][name].append(sums.tolist())
         counts = np.concatenate(covered[label][1])
         record["covered"] = mean_and_error(np.concatenate(covered[label][0]), counts)
+        record["covered_mass"] = mean_and_error(np.concatenate(mass[label]), counts)
         record["positions"] = int(counts.sum())
         record["windows"] = int((counts > 0).sum())
         results[label] = record
@@ -403,7 +408,8 @@ def main(argv=None) -> int:
             top1 = " ".join(f"{m:.3f}±{e:.3f}" for m, e in r["top1"])
             accept = " ".join(f"{m:.3f}±{e:.3f}" for m, e in r["accept"])
             print(f"  {label:>10}: top1 {top1} | accept {accept} | covered "
-                  f"{r['covered'][0]:.3f} | {r['positions']} positions, "
+                  f"{r['covered'][0]:.3f}, mass {r['covered_mass'][0]:.3f} | {r['positions']} "
+                  f"positions, "
                   f"{r['windows']} windows")  # fmt: skip
         labels = list(results)
         for before, after in zip(labels, labels[1:], strict=False):

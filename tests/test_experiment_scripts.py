@@ -722,6 +722,9 @@ def test_chat_acceptance_scores_what_the_training_metric_scores(scripts, tmp_pat
     f = hidden["final"]
     e1 = eagle1_metrics(e1_head, e1_cfg, params, windows[:, 1:], f[:, :-1], f[:, 1:], mask)
     assert len(both["e1"]["top1"]) == 3 and both["e1"]["covered"][0] == 1.0
+    assert both["e1"]["covered_mass"][0] == pytest.approx(1.0)
+    # Σ min(p, q) can take no more than the target's mass on the draft vocabulary
+    assert got["accept"][0][0] <= got["covered_mass"][0] < 1.0
     assert both["e1"]["top1"][0][0] == pytest.approx(e1["top1"], abs=1e-9)
     assert both["e1"]["accept"][0][0] == pytest.approx(e1["accept"], abs=1e-6)
     # ... and its later steps as a chain drafted one token at a time through its KV cache: the
