@@ -177,9 +177,9 @@ def head_step_logits(kind, head, cfg, target_params, windows, hidden, steps: int
 def evaluate(target_params, heads: dict, data_dir: Path, spans, *, steps: int,
              batch_size: int, max_windows: int = 0) -> dict:  # fmt: skip
     """{label: {"top1": [(mean, se)] per step, "accept": ..., "covered": (mean, se),
-    "positions": n, "windows": k}} for every head (label: (kind, head, cfg, vocab),
-    `load_any_head`) on one held-out set; spans(windows) ->
-    (start, stop) per window: the tokens scored (`answer_spans`)."""
+    "covered_mass": (mean, se), "positions": n, "windows": k}} for every head (label: (kind,
+    head, cfg, vocab), `load_any_head`) on one held-out set; spans(windows) -> (start, stop)
+    per window: the tokens scored (`answer_spans`)."""
     shards = open_shards([str(data_dir)])
     if not shards:
         raise InvalidInputError(f"{data_dir} has no complete shard yet; wait for the distill run")
