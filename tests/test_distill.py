@@ -512,8 +512,9 @@ def test_a_held_out_chat_run_is_scored_on_the_answers_alone(tmp_path, held_out_c
             else:
                 trained, hcfg = load_head(tmp_path / "run" / "final", target_dir=SMALL)
                 f = h["final"]
-                values.append(eagle1.eagle1_metrics(trained, hcfg, params, windows[rows, 1:],
-                                                    f[:, :-1], f[:, 1:], mask[rows])["top1"])
+                metrics = eagle1.eagle1_metrics(trained, hcfg, params, windows[rows, 1:],
+                                                f[:, :-1], f[:, 1:], mask[rows])  # fmt: skip
+                values.append(metrics["top1"])
         return float(np.mean(values))
 
     assert got[key.format("held")] == pytest.approx(score(answers), abs=1e-6)
