@@ -516,6 +516,16 @@ def _parse_entry(entry: str) -> tuple[Path, slice]:
     return Path(directory), slice(start, stop)
 
 
+def run_directory(entry) -> Path:
+    """The run directory a feature entry ("DIR" or "DIR@START:STOP") names."""
+    return _parse_entry(entry)[0]
+
+
+def run_record(entry) -> dict:
+    """What the run a feature entry names recorded in its distill.json (`provenance`)."""
+    return json.loads((run_directory(entry) / RUN_FILE).read_text())
+
+
 def open_shards(entries) -> list[FeatureCache]:
     """The shards of one or more distill runs (each a `FeatureCache`), in the order given.
     An entry is a run directory (its complete shards, in order) or "DIR@START:STOP" (shards

@@ -30,6 +30,7 @@ from tqdm import tqdm
 from minieagle import model
 from minieagle.backend import array_module, ones, to_device, to_host
 from minieagle.checkpoint import load_checkpoint, target_fingerprint
+from minieagle.distill import BLOCK, open_pool, run_directory, run_record, tensor_fingerprint
 from minieagle.errors import InvalidInputError
 from minieagle.feature_cache import FeatureCache, FeaturePool, tile_windows
 from minieagle.heads import eagle3
@@ -225,8 +226,8 @@ class EagleTrainConfig:
                     f"or a corpus of {list(self.corpora)}); the metrics are keyed by directory "
                     "name, so give each held-out run its own"
                 )
-            if Path(entry.partition("@")[0]).resolve() in {
-                Path(f.partition("@")[0]).resolve() for f in self.features
+            if run_directory(entry).resolve() in {
+                run_directory(f).resolve() for f in self.features if f != BLOCK
             }:
                 raise InvalidInputError(
                     f"val_features entry {entry!r} is also in features: a head scored on what it "
@@ -418,7 +419,7 @@ def _mean_records(records: list[dict]) -> dict:
 
 def _val_set_name(entry: str) -> str:
     """The name a held-out distill run's metrics carry: its directory's."""
-    return Path(entry.partition("@")[0]).name
+    return run_directory(entry).name
 
 
 def _require_same_target(field: str, entry: str, record: dict, fingerprint: str) -> None:
@@ -440,14 +441,11 @@ def _held_out_batches(cfg: EagleTrainConfig, recipe, tokenizer, fingerprint: str
     hundreds of MB), each batch with its loss mask: the rows whose guessed token is in the
     target's answer (`chat.answer_label_mask`) for a chat run, every row for a corpus run."""
     from minieagle.chat import answer_label_mask, answer_spans, assistant_cue, load_chat_template
-    from minieagle.distill import RUN_FILE as DISTILL_FILE
-    from minieagle.distill import open_pool
 
     sets = {}
     for entry in cfg.val_features:
-        directory = Path(entry.partition("@")[0])
         pool = open_pool([entry])
-        record = json.loads((directory / DISTILL_FILE).read_text())
+        record = run_record(entry)
         _require_same_target("val_features", entry, record, fingerprint)
         if pool.window_tokens != cfg.seq_len + 1:
             raise InvalidInputError(
@@ -819,16 +817,12 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
     pool = None
     weights = None  # the fingerprint distill records of the target's weights
     if cfg.features or cfg.val_features:
-        from minieagle.distill import BLOCK, open_pool, tensor_fingerprint
-        from minieagle.distill import RUN_FILE as DISTILL_FILE
-
         weights = tensor_fingerprint(target_params)
     if cfg.data == "features":  # recorded shards; validation stays on the corpora
         pool = open_pool(cfg.features, cfg.max_windows)
         for entry in cfg.features:
             if entry != BLOCK:
-                written = json.loads((Path(entry.partition("@")[0]) / DISTILL_FILE).read_text())
-                _require_same_target("features", entry, written, weights)
+                _require_same_target("features", entry, run_record(entry), weights)
         if pool.window_tokens != cfg.seq_len + 1:
             raise InvalidInputError(
                 f"the feature shards hold windows of {pool.window_tokens} tokens, not seq_len + "
