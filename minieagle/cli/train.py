@@ -7,19 +7,20 @@ import json
 from minieagle.cli.flags import integer, number
 from minieagle.errors import InvalidInputError
 
-_HEADS_ONLY = (  # flags a head's training reads and a language model's does not
-    "target", "inputs", "noise", "data", "features", "val_features", "order", "decay_steps",
-    "until", "init_from", "keep_states", "branch_from", "generated_tokens", "chat_prompts",
-    "prompt_tokens", "cache_features", "max_windows", "ttt_steps", "draft_vocab_size",
-    "aux_layers", "lm_head_init", "head_intermediate_size", "medusa_heads", "medusa_lm_head",
+_MODEL_FIELDS = (  # what training a language model reads (`train.TrainConfig`)
+    "preset", "out_dir", "tokenizer", "steps", "batch_size", "seq_len", "lr", "warmup_steps",
+    "eval_every", "eval_batches", "save_every", "seed", "export_dir", "export_dtype",
+    "max_train_chars",
 )  # fmt: skip
+_EVERY_RUN = ("command", "what", "func", "no_resume", "quiet")
 
 
 def cmd_train(args) -> int:
     if args.what in ("eagle1", "eagle3", "medusa"):
         return _train_eagle_head(args)
-    given = [name for name in _HEADS_ONLY if getattr(args, name) is not None]
-    if given:
+    given = [name for name, value in vars(args).items()
+             if value is not None and name not in _MODEL_FIELDS + _EVERY_RUN]  # fmt: skip
+    if given:  # a flag only a head's training reads
         flag = "--" + given[0].replace("_", "-")
         raise InvalidInputError(
             f"{flag} applies to training a head (`train eagle1`, `eagle3` or `medusa`), not "
@@ -27,27 +28,7 @@ def cmd_train(args) -> int:
         )
     from minieagle.train import TrainConfig, train
 
-    fields = {
-        k: getattr(args, k)
-        for k in (
-            "preset",
-            "out_dir",
-            "tokenizer",
-            "steps",
-            "batch_size",
-            "seq_len",
-            "lr",
-            "warmup_steps",
-            "eval_every",
-            "eval_batches",
-            "save_every",
-            "seed",
-            "export_dir",
-            "export_dtype",
-            "max_train_chars",
-        )
-        if getattr(args, k) is not None
-    }
+    fields = {k: getattr(args, k) for k in _MODEL_FIELDS if getattr(args, k) is not None}
     log = train(TrainConfig(**fields), resume=not args.no_resume, progress=not args.quiet)
     print(json.dumps(log["evals"][-1] if log["evals"] else {}, indent=2))
     print(f"model written to {log['export_dir']}")
