@@ -497,20 +497,23 @@ def test_a_held_out_chat_run_is_scored_on_the_answers_alone(tmp_path, held_out_c
     answers = answer_label_mask(*answer_spans(windows, cue), 65)
     assert 0 < answers.sum() < answers.size
 
+    final = tmp_path / "run" / "final"
+    if head == "eagle3":
+        trained, hcfg, vocab = load_eagle3_head(final, target_config=config)
+    else:
+        trained, hcfg = load_head(final, target_dir=SMALL)
+
     def score(mask):  # the mean over the two evaluation batches, as the log takes it
         values = []
         for rows in (slice(0, 2), slice(2, 4)):
             h = {k: v[rows] for k, v in hidden.items()}
             if head == "eagle3":
-                trained, hcfg, vocab = load_eagle3_head(tmp_path / "run" / "final",
-                                                        target_config=config)  # fmt: skip
                 fused = eagle3.fuse_features(h, hcfg.aux_layers)[:, :-1]
                 logits = h["final"][:, 1:] @ model.lm_head_weight(params).T
                 _, parts, _ = eagle3.ttt_loss(trained, hcfg, params, vocab, windows[rows], fused,
                                               logits, mask[rows], steps=2)  # fmt: skip
                 values.append(parts["top1"][0])
             else:
-                trained, hcfg = load_head(tmp_path / "run" / "final", target_dir=SMALL)
                 f = h["final"]
                 metrics = eagle1.eagle1_metrics(trained, hcfg, params, windows[rows, 1:],
                                                 f[:, :-1], f[:, 1:], mask[rows])  # fmt: skip
