@@ -1,14 +1,16 @@
-"""The cost of verifying N tokens on the fast path, with `inference.layout` and `inference.linear`
-as they are and as they were before (every weight a contiguous [in, out]; a large one applied to
-2-3 rows one row at a time and to 5-15 rows padded to a multiple of 4), alternated in one process.
+"""The cost of verifying N tokens on the fast path, with `inference.linear` as it is and as it
+was before (a large weight's blocks met 2-8 rows one matrix-vector product per block and row,
+and 9-15 rows padded to a multiple of 4 through the general product), on the same
+`inference.layout`, alternated in one process.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/small_products.py \\
-        --out docs/results/small-products-smollm2.json
+        --out docs/results/small-products-stacked-smollm2.json
 
 A chain of N tokens after a cached chat prompt, through the prepared target with lazy logits
 and one LM-head row read (verification reads the rows of the accepted path only); each N's
 median over the repeats, relative to N = 1 under the same rules. --model DIR measures another
-checkpoint (default: SmolLM2 from the cache).
+checkpoint (default: SmolLM2 from the cache). The rounds before (docs/speed.md, "Small
+products") were measured by this script at the commits that made them.
 """
 
 from __future__ import annotations
@@ -28,27 +30,24 @@ from minieagle.bench import machine_info
 from minieagle.checkpoint import load_checkpoint
 from minieagle.kvcache import KVCache
 
-SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 26, 32, 64)
+SIZES = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 16, 26, 32, 64, 128)
+LINEAR = inference.linear  # this round's rule (the script swaps inference.linear while it times)
 PROMPT = "Explain what this Python code does, then continue it:\n\ndef read_config(path):\n"
 
 
-def before_layout(weight):
-    """`inference.layout` before the blocks: every weight transposed to a contiguous [in, out]."""
-    return np.ascontiguousarray(weight.T)
-
-
 def before_linear(x, weight):
-    """`inference.linear` before the blocks, on an [in, out] weight."""
+    """`inference.linear` before this round, on the same layout."""
     rows = x.shape[0]
-    large = weight.shape[0] * weight.shape[1] > inference.SMALL_WEIGHT
-    if large and 1 < rows <= 3:
-        return np.stack([x[i] @ weight for i in range(rows)])
-    if large and 3 < rows < 16 and rows % 4:
-        padding = np.zeros((4 - rows % 4, x.shape[1]), dtype=x.dtype)
-        return (np.concatenate([x, padding]) @ weight)[:rows]
-    if rows < 8 or large:
-        return x @ weight
-    return (weight.T @ x.T).T
+    if weight.ndim == 2 or rows == 1:
+        return LINEAR(x, weight)
+    nb, c, d_in = weight.shape
+    if rows <= 8:
+        y = weight[:, None] @ x[None, :, :, None]  # [nb, 1, c, in] @ [1, R, in, 1]
+        return np.transpose(y.reshape(nb, rows, c), (1, 0, 2)).reshape(rows, nb * c)
+    if rows < 16 and rows % 4:
+        padding = np.zeros((4 - rows % 4, d_in), dtype=x.dtype)
+        return (np.concatenate([x, padding]) @ inference.dense(weight))[:rows]
+    return x @ inference.dense(weight)
 
 
 def main(argv=None) -> int:
@@ -62,13 +61,9 @@ def main(argv=None) -> int:
 
         args.model = str(ensure_smollm2())
     params, config, tokenizer = load_checkpoint(args.model, dtype=np.float32)
-    layout, linear = inference.layout, inference.linear
-    inference.layout = before_layout
-    try:
-        targets = {"before": inference.prepare(params, config)}
-    finally:
-        inference.layout = layout
-    targets["after"] = inference.prepare(params, config)
+    linear = LINEAR
+    target = inference.prepare(params, config)
+    targets = {"before": target, "after": target}
     rules = {"before": before_linear, "after": linear}
     prompt = tokenizer.encode(PROMPT, add_bos=True)
     caches = {}

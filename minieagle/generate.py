@@ -216,13 +216,13 @@ def generate(
         target = inference.prepare(params, config)
         params = target.params
 
-        def target_forward(ids, **kwargs):
-            return target.forward(ids, lazy_logits=True, **kwargs)
+        def target_forward(ids, tree_parents=None, **kwargs):
+            return target.forward(ids, lazy_logits=True, tree_parents=tree_parents, **kwargs)
 
     else:
         params = params.params if isinstance(params, inference.PreparedTarget) else params
 
-        def target_forward(ids, **kwargs):
+        def target_forward(ids, tree_parents=None, **kwargs):  # every row computed: no parents
             return model.forward(params, config, ids, **kwargs)[:2]
 
     embed = params["model.embed_tokens.weight"]  # arrays we make go where the weights are
@@ -257,6 +257,7 @@ def generate(
             attention_mask=to_device(trees.attention_mask(draft_tree, cached), embed),
             cache=cache,
             output_hidden=features,
+            tree_parents=draft_tree.parents,  # a chain's logits rows are computed together
         )
         verdict = judge(draft_tree, _TargetDistributions(logits, sampling), rng)
         path = [0, *verdict.accepted]

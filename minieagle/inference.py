@@ -67,8 +67,7 @@ def prepare_layer(params: dict, prefix: str) -> PreparedLayer:
 SMALL_WEIGHT = 1 << 17  # entries (512 KB in float32): more is a large weight
 BLOCK = 1 << 17  # entries in one block of a large weight's rows (512 KB in float32)
 MIN_BLOCK_ROWS = 16  # a large weight whose out has no divisor from here to BLOCK / in: one block
-ROWS_BY_BLOCKS = 8  # a large weight meets at most this many rows block by block
-ROWS_PADDED_BELOW = 16  # more rows than ROWS_BY_BLOCKS and fewer than this: padded to 4 k
+ROWS_BY_BLOCKS = 64  # a large weight meets at most this many rows block by block
 ROWS_FOR_TRANSPOSED_PRODUCT = 8  # from here, a small weight is applied as (weight.T @ x.T).T
 
 
@@ -106,12 +105,12 @@ def linear(x, weight):
 
     - a large weight's blocks [nb, c, in] and one row: one matrix-vector product over all its
       rows, which streams the weight at memory speed;
-    - a large weight and 2 to ROWS_BY_BLOCKS rows: block by block, the block's rows times each
-      row of x, all in one batched matmul: each block is read from memory once and from the L2
-      cache for the other rows. OpenBLAS's general product for a few rows costs 2-3 times its
-      one-row product (it first copies the weight into its own layout);
-    - a large weight and more rows: x @ rows.T, the general product, with zero rows added up to
-      a multiple of 4 below ROWS_PADDED_BELOW rows (its kernels work in blocks of 4 rows);
+    - a large weight and 2 to ROWS_BY_BLOCKS rows: block by block, each block [c, in] times
+      x.T [in, R], all in one batched matmul: each block is read from memory once, and
+      OpenBLAS's general product of one block and a few columns costs little more than its
+      one-row product (over the whole weight it costs 2-3 times as much: it first copies the
+      weight into its own layout);
+    - a large weight and more rows: x @ rows.T, the general product;
     - a small weight: x @ weight, and from ROWS_FOR_TRANSPOSED_PRODUCT rows (weight.T @ x.T).T
       (views, no copy), 8-15 % faster for the tiny target's 16- to 64-token forwards.
 
@@ -124,11 +123,8 @@ def linear(x, weight):
     if rows == 1:
         return o.reshape(o.reshape(weight, (nb * c, d_in)) @ x[0, ...], (1, nb * c))
     if rows <= ROWS_BY_BLOCKS:
-        y = weight[:, None, ...] @ x[None, :, :, None]  # [nb, 1, c, in] @ [1, R, in, 1]
-        return o.reshape(o.permute_dims(o.reshape(y, (nb, rows, c)), (1, 0, 2)), (rows, nb * c))
-    if rows < ROWS_PADDED_BELOW and rows % 4:
-        padding = zeros((4 - rows % 4, d_in), like=x)
-        return (o.xp.concat([x, padding], axis=0) @ dense(weight))[:rows, ...]
+        y = weight @ contiguous(o.permute_dims(x, (1, 0)))  # [nb, c, in] @ [in, R] -> [nb, c, R]
+        return o.permute_dims(o.reshape(y, (nb * c, rows)), (1, 0))
     return x @ dense(weight)
 
 
@@ -311,18 +307,25 @@ class PreparedTarget:
         self.rope = RopeTable(config, embed)
 
     def forward(self, input_ids, *, position_ids=None, attention_mask=None, cache,
-                output_hidden=(), lazy_logits: bool = False):  # fmt: skip
+                output_hidden=(), lazy_logits: bool = False, tree_parents=None):  # fmt: skip
         """input_ids int [T]; position_ids int [T] (default cache.length + arange(T));
         attention_mask bool [T, cache.length + T] (default causal); cache a batch-1 KVCache the
         new keys and values are appended to; output_hidden as in `model.forward`.
         Returns (logits [T, V], hidden {key: [T, d]}), as `model.forward` without a batch axis.
         lazy_logits: logits as `LazyLogits`, each row computed when first read (verification
-        reads only the rows along the accepted path, a few of a tree's N)."""
+        reads only the rows along the accepted path, a few of a tree's N); tree_parents (host
+        ints [T], the draft tree's parents): which rows it computes together (`LazyLogits`)."""
         config, embed = self.config, self.embed
         if input_ids.ndim != 1:
             raise InvalidInputError(
                 f"input_ids has shape {tuple(input_ids.shape)}; the fast path decodes one "
                 "sequence: pass int [T] (model.forward takes batches)"
+            )
+        if tree_parents is not None and (not lazy_logits or len(tree_parents) != len(input_ids)):
+            raise InvalidInputError(
+                f"tree_parents has {len(tree_parents)} entries with lazy_logits={lazy_logits} "
+                f"for {len(input_ids)} tokens; pass one parent per token, with lazy_logits=True "
+                "(it says which lazy rows are computed together)"
             )
         past = cache.length
         top = model.check_inputs(config, input_ids[None, :], position_ids, past)
@@ -345,9 +348,8 @@ class PreparedTarget:
         if "final" in output_hidden:
             hidden["final"] = final
         if lazy_logits:
-            return LazyLogits(final, self.lm_head), hidden
+            return LazyLogits(final, self.lm_head, tree_parents), hidden
         return linear(final, self.lm_head), hidden  # [T, V]
-
 
     def forward_batch(self, input_ids, *, cache, padding=None, output_hidden=(),
                       last_only: bool = False):  # fmt: skip
@@ -398,19 +400,49 @@ class PreparedTarget:
 
 
 class LazyLogits:
-    """Logits [T, V] = linear(final [T, d], lm_head), one row computed when it is first read
+    """Logits [T, V] = linear(final [T, d], lm_head), a row computed when it is first read
     (`logits[i]` -> [V]); `len` is T. The LM head over a 26-node tree is a [26, d] x [d, V]
-    product, while verification reads the rows of the accepted path only."""
+    product, while verification reads the rows of the accepted path only.
 
-    def __init__(self, final, lm_head):
+    parents (host ints [T], the tree of the T positions, parents[0] = -1), when given: reading
+    row i also computes, in the same product, the rows below it along nodes with one child
+    each (a chain's whole rest, at most ROWS_BY_BLOCKS rows). Verification reads such a row
+    next whenever it accepts the draft above it, and for SmolLM2's 49,152-row head one product
+    of 2-8 rows costs 1.1-1.6 times one row, not 2-8 times (docs/speed.md, "Small products")."""
+
+    def __init__(self, final, lm_head, parents=None):
         self.final, self.lm_head, self.rows = final, lm_head, {}
+        self.children = None
+        if parents is not None:
+            self.children = [[] for _ in parents]
+            for node, parent in enumerate(parents[1:], start=1):
+                self.children[int(parent)].append(node)
 
     def __len__(self) -> int:
         return self.final.shape[0]
 
+    def _run(self, i: int) -> list[int]:
+        """Row i and the rows computed with it: down the tree while a node has one child
+        whose row is not computed yet."""
+        run = [i]
+        while self.children is not None and len(run) < ROWS_BY_BLOCKS:
+            below = self.children[run[-1]]
+            if len(below) != 1 or below[0] in self.rows:
+                break
+            run.append(below[0])
+        return run
+
     def __getitem__(self, i: int):
         if i not in self.rows:
-            self.rows[i] = linear(self.final[i : i + 1, :], self.lm_head)[0, ...]  # [V]
+            run = self._run(i)
+            if len(run) == 1:
+                self.rows[i] = linear(self.final[i : i + 1, :], self.lm_head)[0, ...]  # [V]
+            else:
+                xp = array_module(self.final)
+                read = xp.take(self.final, to_device(run, self.final), axis=0)  # [R, d]
+                computed = contiguous(linear(read, self.lm_head))  # [R, V], rows in order
+                for k, row in enumerate(run):
+                    self.rows[row] = computed[k, ...]
         return self.rows[i]
 
 

@@ -76,7 +76,7 @@ from minieagle.errors import InvalidInputError
 from minieagle.sampling import SamplingParams, setting_name
 from minieagle.tree import children, depths
 
-SIZING_VERSION = 15  # bump when the code's costs change: cached sizes are then measured again
+SIZING_VERSION = 16  # bump when the code's costs change: cached sizes are then measured again
 CANDIDATE_TOP_K = (1, 2, 4, 8)
 MAX_DEPTH = 7  # expansion steps of the calibration runs: trees up to 8 drafts deep
 TOTAL_TOKENS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 26, 32, 40, 48, 64)

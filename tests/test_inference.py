@@ -429,7 +429,8 @@ def test_linear_is_the_product_for_every_row_count_and_weight_layout(strict):
             assert nb == 1 or c * d <= inference.BLOCK
             assert np.shares_memory(laid, hf)  # a view, not a copy
         assert _error(inference.dense(laid), hf.T) == 0.0
-        for rows in range(1, 20):
+        threshold = inference.ROWS_BY_BLOCKS  # the blocks' last row count, then the general product
+        for rows in [*range(1, 20), threshold, threshold + 1]:
             x = rng.standard_normal((rows, hf.shape[1]))
             got = inference.linear(x, laid)
             if strict:
@@ -437,6 +438,56 @@ def test_linear_is_the_product_for_every_row_count_and_weight_layout(strict):
                 got = to_host(inference.linear(put(x, xp), inference.layout(put(hf, xp))))
             assert got.shape == (rows, hf.shape[0])
             assert _error(got, x @ hf.T) <= TOL, (name, rows)
+
+
+@pytest.mark.parametrize(
+    "parents",
+    [None, [-1, 0], [-1, 0, 1, 2, 3], [-1, 0, 0, 1, 2, 4, 4, 6], [-1, 0, 1, 1, 3, 4]],
+    ids=["no tree", "chain of 2", "chain of 5", "tree", "fork under a chain"],
+)
+def test_lazy_logits_rows_and_what_one_read_computes(monkeypatch, parents):
+    """Every row of `LazyLogits` is its row of the LM head's product, in any reading order;
+    with the tree's parents, reading a row also computes, in the same product, the rows below
+    it while each node has one child (a chain's whole rest), and never a row again."""
+    rng = np.random.default_rng(5)
+    d, V = 48, 3000  # V * d > SMALL_WEIGHT: the LM head in blocks, as SmolLM2's
+    head = inference.layout(rng.standard_normal((V, d)))
+    T = 3 if parents is None else len(parents)
+    final = rng.standard_normal((T, d))
+    full = final @ inference.dense(head)
+    products = []
+    linear = inference.linear
+
+    def counted(x, weight):
+        products.append(x.shape[0])
+        return linear(x, weight)
+
+    monkeypatch.setattr(inference, "linear", counted)
+    for order in (range(T), reversed(range(T))):
+        logits = inference.LazyLogits(final, head, parents)
+        products.clear()
+        for i in order:
+            assert _error(logits[i], full[i]) <= TOL, i
+            assert _error(logits[i], full[i]) <= TOL, i  # read again: kept, not recomputed
+        assert sum(products) == T, products  # every row computed once
+    logits = inference.LazyLogits(final, head, parents)
+    products.clear()
+    logits[0]
+    expected = {None: [1], "chain": [T], "tree": [1], "fork": [2]}
+    kind = None if parents is None else "chain" if parents == [-1, *range(T - 1)] else (
+        "fork" if parents[2] == 1 else "tree")  # fmt: skip
+    assert products == expected[kind], (parents, products)
+
+
+def test_tree_parents_must_fit_the_tokens_and_lazy_logits():
+    config, params = _target("gqa")
+    prepared = inference.prepare(params, config)
+    cache = KVCache.for_model(config, params)
+    with pytest.raises(InvalidInputError, match="tree_parents has 2 entries .* for 3 tokens"):
+        prepared.forward(np.array([1, 2, 3]), cache=cache, lazy_logits=True, tree_parents=[-1, 0])
+    with pytest.raises(InvalidInputError, match="lazy_logits=False"):
+        prepared.forward(np.array([1, 2]), cache=cache, tree_parents=[-1, 0])
+    assert cache.length == 0
 
 
 @pytest.mark.parametrize("blocks", ["one block", "many blocks"])
