@@ -1,6 +1,6 @@
 """Where does the tree sizing's cost model miss short chains? Each part of a cycle, timed.
 
-`minieagle.sizing` predicts a cycle's wall time as verify(N) + loop + row · τ̂ + draft(k, d),
+`minieagle.sizing` predicts a cycle's wall time as verify(N) + loop + row · τ̂ + rows + draft(k, d),
 with verify(N) a cost curve timed back to back after a short context and then scaled by one
 factor: the median ratio of the calibration runs' own forwards (8- and 26-node trees) to the
 curve. On the tiny target in a fast machine state it over-predicted short chains' cycles and
@@ -10,7 +10,7 @@ calibration runs:
 
 - the curve verify(N) (lazy logits, as the sizing times it) at every N used;
 - each cycle's parts in real decoding (`sizing._timed_cycles`: the forward, the propose, the
-  loop's own work), medians per chain length;
+  loop's own work, the LM-head products the verdict ran), medians per chain length;
 - a vanilla step, timed between the decodings as the sizing does;
 - the speed of decoding with each chain against vanilla, interleaved (median ms per token).
 
@@ -76,7 +76,7 @@ def main(argv=None) -> dict:
     )
     parts, all_forwards, vanilla = {}, [], []
     for name, make in shapes.items():
-        proposes, loops, forwards, steps = sizing._timed_cycles(
+        proposes, loops, forwards, steps, products = sizing._timed_cycles(
             target, config, prompts, sampling, make, new_tokens=64, cycles=args.cycles,
             prompts_used=len(prompts),
         )  # fmt: skip
@@ -85,7 +85,8 @@ def main(argv=None) -> dict:
         sizes = sorted({n for _, n in forwards})
         parts[name] = {
             "propose_ms": _median(proposes),
-            "loop_ms": _median([ms for ms, _ in loops]),
+            "loop_ms": _median([ms for ms, _ in loops]),  # less the LM-head rows:
+            "rows_product_ms": _median([ms for _, ms in products]),  # timed apart
             "kept": _median([kept for _, kept in loops]),
             "forward_ms_by_nodes": {
                 n: _median([ms for ms, m in forwards if m == n]) for n in sizes

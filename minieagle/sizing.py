@@ -5,7 +5,8 @@ head.
 A speculative cycle drafts a tree, verifies it in one target forward and emits, on average,
 τ tokens. Its speed, relative to vanilla decoding (one forward of one token per token), is
 
-    speedup(k, d, N) = τ̂ * step / (verify(N) + loop + row · τ̂ + draft(k, d)),  τ̂ = τ̂(k, d, N)
+    speedup(k, d, N) = τ̂ * step / (verify(N) + loop + row · τ̂ + rows(k, N, τ̂) + draft(k, d)),
+    τ̂ = τ̂(k, d, N)
 
 - step: one vanilla decoding step (ms per token of `generate` without a drafter), timed
   after each calibration prompt below, so that it sees the machine as the cycles do;
@@ -14,13 +15,15 @@ A speculative cycle drafts a tree, verifies it in one target forward and emits, 
   so the best N differs by machine, EAGLE-2 §5.3), then scaled to the forwards the calibration
   runs ran (timed back to back, a forward finds its weights in the cache, which between the
   drafter's work it does not);
-- loop + row · τ̂: the speculative loop's own work per cycle (the verdict with the LM-head rows
-  it reads, cache surgery, the drafter's accept), timed in the calibration runs as each
-  cycle's wall time less its propose and its forward (for EAGLE-1's chain, in that drafter's
-  own cycles), and fitted as a fixed part plus a part per token the cycle keeps: the verdict
-  reads one LM-head row for every node on the accepted path (`fit_loop`; SmolLM2's 49,152-row
-  head makes a row about a fifth of a decoding step, so a deep tree's loop costs several
-  times a short chain's);
+- loop + row · τ̂: the speculative loop's own work per cycle (the verdict, cache surgery, the
+  drafter's accept), timed in the calibration runs as each cycle's wall time less its
+  propose, its forward and its LM-head rows (for EAGLE-1's chain, in that drafter's own
+  cycles), and fitted as a fixed part plus a part per token the cycle keeps (`fit_loop`);
+- rows(k, N, τ̂): the LM-head rows the verdict reads (`RowCosts`; SmolLM2's 49,152-row head
+  makes one row about a fifth of a decoding step). A chain's rows are computed in one
+  product at its first read (`inference.LazyLogits`), which costs a + b · N, fitted on every
+  product timed in the calibration runs; a tree's are read along its accepted path, a
+  product each, so they cost their measured ms per kept token (per top_k) times τ̂;
 - draft(k, d): drafting with top_k = k and depth = d (the catch-up forward, d expansion
   levels of k nodes each, tree building), timed at depth 1 and at the deepest depth, straight
   in between;
@@ -158,11 +161,14 @@ def lower_envelope(verify_ms: dict) -> dict:
 
 class _TimedTarget:
     """A prepared target whose forwards are timed: `forward_ms` adds up every call's ms (the
-    device synchronised first, so a GPU's forward is counted where it runs). Everything else
-    is the target's own; `generate` takes it as the prepared view it is."""
+    device synchronised first, so a GPU's forward is counted where it runs), `rows_ms` the ms
+    of the LM-head products its lazy logits run when the verdict reads them, and `products`
+    holds each product's (rows, ms). Everything else is the target's own; `generate` takes it
+    as the prepared view it is."""
 
     def __init__(self, target):
         self.target, self.forward_ms = target, 0.0
+        self.rows_ms, self.products = 0.0, []
 
     def view(self):
         timed = copy.copy(self.target)  # the same arrays; only its forward is wrapped
@@ -173,10 +179,34 @@ class _TimedTarget:
             out = inner(*args, **kwargs)
             synchronize(self.target.embed)
             self.forward_ms += 1e3 * (time.perf_counter() - start)
+            logits, hidden = out
+            if isinstance(logits, inference.LazyLogits):
+                out = (_TimedRows(logits, self), hidden)
             return out
 
         timed.forward = forward
         return timed
+
+
+class _TimedRows:
+    """Lazy logits whose products are timed into a `_TimedTarget` (`rows_ms`, `products`)."""
+
+    def __init__(self, logits: inference.LazyLogits, clock: _TimedTarget):
+        self.logits, self.clock = logits, clock
+
+    def __len__(self) -> int:
+        return len(self.logits)
+
+    def __getitem__(self, i: int):
+        computed = len(self.logits.rows)
+        start = time.perf_counter()
+        row = self.logits[i]
+        if len(self.logits.rows) > computed:
+            synchronize(row)
+            ms = 1e3 * (time.perf_counter() - start)
+            self.clock.rows_ms += ms
+            self.clock.products.append((len(self.logits.rows) - computed, ms))
+        return row
 
 
 class _Stopwatch:
@@ -188,7 +218,8 @@ class _Stopwatch:
         self.feature_keys = drafter.feature_keys
         self.timed_target = timed_target
         self.propose_ms: list[float] = []
-        self.propose_starts: list[tuple[float, float]] = []  # (clock, forward ms so far)
+        self.propose_starts: list[tuple[float, float, float]] = []  # (clock, forward ms and
+        # LM-head rows ms so far)
         self.tree_sizes: list[int] = []  # nodes verified per cycle, root included
         self.kept: list[int] = []  # tokens kept per cycle (the accepted path, root included)
 
@@ -197,10 +228,11 @@ class _Stopwatch:
 
     def propose(self, root, rng, max_nodes):
         start = time.perf_counter()
-        forwarded = self.timed_target.forward_ms if self.timed_target is not None else 0.0
+        clock = self.timed_target
+        forwarded, rows = (clock.forward_ms, clock.rows_ms) if clock is not None else (0.0, 0.0)
         tree = self.inner.propose(root, rng, max_nodes)
         self.propose_ms.append(1e3 * (time.perf_counter() - start))
-        self.propose_starts.append((start, forwarded))
+        self.propose_starts.append((start, forwarded, rows))
         self.tree_sizes.append(len(tree))
         return tree
 
@@ -211,23 +243,35 @@ class _Stopwatch:
             return []
         return [
             (after - forwarded, n)
-            for (_, forwarded), (_, after), n
+            for (_, forwarded, _), (_, after, _), n
             in zip(self.propose_starts, self.propose_starts[1:], self.tree_sizes, strict=False)
         ]  # fmt: skip
 
     def loops(self) -> list[tuple[float, int]]:
         """(ms, tokens kept) of the loop's own work in every cycle but the last (the verdict,
         cache surgery, the drafter's accept): the wall time from one propose to the next, less
-        the propose and the target's forward between them, with the accepted path's length
-        (root included: the LM-head rows the verdict read). Empty without a timed target."""
+        the propose, the target's forward and the LM-head rows between them, with the accepted
+        path's length (root included). Empty without a timed target."""
         if self.timed_target is None:
             return []
         return [
-            (1e3 * (after - start) - ms - (forwarded_after - forwarded), kept)
-            for (start, forwarded), (after, forwarded_after), ms, kept
+            (1e3 * (after - start) - ms - (forwarded_after - forwarded) - (rows_after - rows),
+             kept)
+            for (start, forwarded, rows), (after, forwarded_after, rows_after), ms, kept
             in zip(self.propose_starts, self.propose_starts[1:], self.propose_ms, self.kept,
                    strict=False)
         ]  # fmt: skip  (the starts shifted by one end a cycle early: the last has no end)
+
+    def rows(self) -> list[tuple[float, int]]:
+        """(ms, tokens kept) of the LM-head rows the verdict read in every cycle but the last.
+        Empty without a timed target."""
+        if self.timed_target is None:
+            return []
+        return [
+            (rows_after - rows, kept)
+            for (_, _, rows), (_, _, rows_after), kept
+            in zip(self.propose_starts, self.propose_starts[1:], self.kept, strict=False)
+        ]  # fmt: skip
 
     def accept(self, tokens, features, next_token) -> None:
         self.kept.append(len(tokens))
@@ -314,7 +358,7 @@ def calibration_run(
     from minieagle.generate import generate
 
     pools, records, node_depths, propose, level, loops, forwards = [], [], [], [], [], [], []
-    vanilla = []
+    vanilla, rows = [], []
     make = tree_drafter(target, config, head, head_cfg, vocab, top_k, depth, sampled_tree,
                         calibration)  # fmt: skip
     timed = _TimedTarget(inference.prepare(target, config))
@@ -341,6 +385,7 @@ def calibration_run(
         propose += drafter.propose_ms[1:]  # the first cycle's catch-up reads the whole prompt
         level += drafter.level_ms
         loops += drafter.loops()
+        rows += drafter.rows()
         forwards += drafter.forwards()
         if time_vanilla:
             vanilla.append(_vanilla_ms(target, config, ids, sampling, seed + i))
@@ -350,7 +395,7 @@ def calibration_run(
         records, node_depths, setting_name(sampling, sampled_tree=sampled_tree)
     )
     return CalibrationRun(pools, on_path, statistics.median(propose), statistics.median(level),
-                          loops, forwards, vanilla)  # fmt: skip
+                          loops, forwards, vanilla, rows, timed.products)  # fmt: skip
 
 
 VANILLA_TOKENS = 16  # tokens of the vanilla decoding after each calibration prompt
@@ -371,8 +416,9 @@ class CalibrationRun:
     """What one calibration run measured: every cycle's candidate pool, g(V, depth) fitted on
     its verified nodes, the median ms of a propose and of one expansion level, and the loop's
     own ms in each cycle but each prompt's last (`_Stopwatch.loops`), the target's forward
-    in those cycles, (ms, nodes) (`_Stopwatch.forwards`), and a vanilla step's ms after each
-    prompt (`_vanilla_ms`)."""
+    in those cycles, (ms, nodes) (`_Stopwatch.forwards`), a vanilla step's ms after each
+    prompt (`_vanilla_ms`), the LM-head rows' (ms, tokens kept) in those cycles
+    (`_Stopwatch.rows`) and every LM-head product's (rows, ms) (`_TimedTarget.products`)."""
 
     pools: list
     on_path: PathAcceptance
@@ -381,6 +427,8 @@ class CalibrationRun:
     loops: list
     forwards: list
     vanilla_ms: list
+    rows: list = field(default_factory=list)
+    products: list = field(default_factory=list)
 
 
 class _OutOfTime(Exception):
@@ -447,10 +495,11 @@ def _propose_ms(target, config, prompts, sampling, make_drafter, new_tokens: int
 
 def _timed_cycles(target, config, prompts, sampling, make_drafter, new_tokens: int = 12,
                   cycles: int = 4, prompts_used: int = 2, with_vanilla: bool = True
-                  ) -> tuple[list, list, list, list]:  # fmt: skip
+                  ) -> tuple[list, list, list, list, list]:  # fmt: skip
     """`_propose_ms`'s decoding of the first `prompts_used` prompts: (the propose ms after each
     prompt's first, the loop's own ms of each cycle, its forward's (ms, nodes):
-    `_Stopwatch.loops` and `forwards`, a vanilla step's ms after each prompt if with_vanilla)."""
+    `_Stopwatch.loops` and `forwards`, a vanilla step's ms after each prompt if with_vanilla,
+    the LM-head products' (rows, ms): `_TimedTarget.products`)."""
     from minieagle.generate import generate
 
     times, loops, forwards, vanilla = [], [], [], []
@@ -472,7 +521,7 @@ def _timed_cycles(target, config, prompts, sampling, make_drafter, new_tokens: i
             vanilla.append(_vanilla_ms(target, config, ids, sampling, i))
         if len(times) >= cycles:
             break
-    return times, loops, forwards, vanilla
+    return times, loops, forwards, vanilla, clock.products
 
 
 def expected_accepted(pool: Pool, on_path, depth: int, drafts: int) -> float:
@@ -509,12 +558,48 @@ def fit_loop(records) -> tuple[float, float]:
     return max(0.0, float(np.median(ms - slope * kept))), slope
 
 
+def fit_rows(products) -> tuple[float, float]:
+    """(ms a product, ms per row) of the LM-head products from their (rows, ms) records: a
+    line through each row count's median ms (least squares over the row counts, the slope at
+    least 0; with one row count, all of it the fixed part)."""
+    by_rows: dict = {}
+    for rows, ms in products:
+        by_rows.setdefault(int(rows), []).append(float(ms))
+    if not by_rows:
+        return 0.0, 0.0
+    counts = np.array(sorted(by_rows), dtype=np.float64)
+    ms = np.array([statistics.median(by_rows[int(r)]) for r in counts])
+    slope = 0.0
+    if len(counts) > 1:
+        slope = max(0.0, float(np.polyfit(counts, ms, 1)[0]))
+    return max(0.0, float(np.median(ms - slope * counts))), slope
+
+
+@dataclass(frozen=True)
+class RowCosts:
+    """The LM-head rows a cycle's verdict reads, in ms. A chain (top_k = 1) has its N rows
+    computed in one product at the first read (`inference.LazyLogits`): product_ms + row_ms ·
+    N. A tree reads its accepted path's rows a product each: per_token_ms[top_k] (measured in
+    that top_k's calibration run; product_ms + row_ms where none was) per token kept."""
+
+    product_ms: float = 0.0
+    row_ms: float = 0.0
+    per_token_ms: dict = field(default_factory=dict)
+
+    def cycle_ms(self, top_k: int, total_tokens: int, tau: float) -> float:
+        if top_k == 1:
+            return self.product_ms + self.row_ms * total_tokens
+        return self.per_token_ms.get(top_k, self.product_ms + self.row_ms) * tau
+
+
 def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *, step_ms: float,
-           loop_ms_per_token: float = 0.0, top_k=None, depth=None, total_tokens=None):  # fmt: skip
+           loop_ms_per_token: float = 0.0, rows: RowCosts | None = None, top_k=None,
+           depth=None, total_tokens=None):  # fmt: skip
     """The (top_k, depth, total_tokens) of the highest predicted speedup τ̂ · step_ms /
-    (verify_ms[N] + loop_ms + loop_ms_per_token · τ̂ + draft_ms[k, d]). verify_ms {N: ms};
-    loop_ms, loop_ms_per_token: the loop's own work per cycle, fixed and per token kept
-    (`fit_loop`); draft_ms {(k, d): ms}; tau {(k, d, N): τ̂}; step_ms: one vanilla step;
+    (verify_ms[N] + loop_ms + loop_ms_per_token · τ̂ + rows + draft_ms[k, d]). verify_ms
+    {N: ms}; loop_ms, loop_ms_per_token: the loop's own work per cycle, fixed and per token
+    kept (`fit_loop`); rows: the LM-head rows' `RowCosts` (None: none);
+    draft_ms {(k, d): ms}; tau {(k, d, N): τ̂}; step_ms: one vanilla step;
     fixed top_k / depth / total_tokens restrict the search. Returns (k, d, N, τ̂, speedup).
     With nothing fixed, drafting nothing (k = d = 0, N = 1: vanilla decoding, speedup 1) is a
     candidate too, chosen when no tree is predicted to pay: sized automatically, a drafter is
@@ -525,7 +610,9 @@ def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *, step_m
         if any(want is not None and want != got
                for want, got in ((top_k, k), (depth, d), (total_tokens, n))):  # fmt: skip
             continue
-        speed = t * step_ms / (verify_ms[n] + loop_ms + loop_ms_per_token * t + draft_ms[k, d])
+        read = 0.0 if rows is None else rows.cycle_ms(k, n, t)
+        speed = t * step_ms / (verify_ms[n] + loop_ms + loop_ms_per_token * t + read
+                               + draft_ms[k, d])  # fmt: skip
         if best is None or speed > best[-1] + 1e-12:
             best = (k, d, n, t, speed)
     if best is None:
@@ -610,11 +697,16 @@ def measure_sizing(
     timed = [ms for run in runs.values() for ms in run.loops]
     forwards = [cycle for run in runs.values() for cycle in run.forwards]
     vanilla = [ms for run in runs.values() for ms in run.vanilla_ms]
+    products = [product for run in runs.values() for product in run.products]
+    per_token = {  # a tree's rows: one product per node on the accepted path
+        k: sum(ms for ms, _ in run.rows) / sum(kept for _, kept in run.rows)
+        for k, run in runs.items() if k != 1 and run.rows
+    }  # fmt: skip
     draft_ms, tau, chain_ms = {}, {}, {}
     if chain_drafter is not None:  # the chain's own drafter, at its shortest and longest
         timed = []  # its loop too: EAGLE-1's accept does less than the dynamic tree's
         for drafts in (2, max_depth + 1):
-            proposes, loops, chain_forwards, chain_vanilla = _timed_cycles(
+            proposes, loops, chain_forwards, chain_vanilla, chain_products = _timed_cycles(
                 target, config, prompts, sampling, lambda drafts=drafts: chain_drafter(drafts),
                 cycles=16, prompts_used=4, with_vanilla=step_ms is None,
             )  # fmt: skip
@@ -622,7 +714,9 @@ def measure_sizing(
             timed += loops
             forwards += chain_forwards
             vanilla += chain_vanilla
+            products += chain_products
     loop_ms, row_ms = fit_loop(timed)
+    rows = RowCosts(*fit_rows(products), per_token)
     if step_ms is None:  # one vanilla step, timed after every calibration prompt
         step_ms = statistics.median(vanilla)
     # The cost curve's shape, scaled to the forwards the loop ran: the curve times forwards
@@ -655,6 +749,7 @@ def measure_sizing(
         "step_ms": step_ms,
         "loop_ms": loop_ms,
         "loop_ms_per_token": row_ms,
+        "rows": rows,
         "draft_ms": draft_ms,
         "tau": tau,
         "calibration_records": sum(run.on_path.records for run in runs.values()),
@@ -671,19 +766,21 @@ def _interpolate(verify_ms: dict, n: int) -> float:
 def sizing_from(measured: dict, setting: str, **fixed) -> Sizing:
     """The `Sizing` the measurements pick (fixed: top_k / depth / total_tokens the user set)."""
     verify_ms, loop_ms, step_ms = measured["verify_ms"], measured["loop_ms"], measured["step_ms"]
-    row_ms = measured["loop_ms_per_token"]
+    row_ms, rows = measured["loop_ms_per_token"], measured.get("rows")
     k, d, n, t, speed = choose(verify_ms, loop_ms, measured["draft_ms"], measured["tau"],
-                               step_ms=step_ms, loop_ms_per_token=row_ms, **fixed)  # fmt: skip
+                               step_ms=step_ms, loop_ms_per_token=row_ms, rows=rows,
+                               **fixed)  # fmt: skip
     chain_tau = {
         key: v for key, v in measured["tau"].items() if key[0] == 1 and key[2] == key[1] + 2
     }
     ck, cd, _, ct, cs = choose(verify_ms, loop_ms, measured["draft_ms"], chain_tau,
-                               step_ms=step_ms, loop_ms_per_token=row_ms)  # fmt: skip
+                               step_ms=step_ms, loop_ms_per_token=row_ms, rows=rows)  # fmt: skip
     costs = {
         "verify_ms": {str(n): v for n, v in verify_ms.items()},
         "step_ms": step_ms,
         "loop_ms": loop_ms,
         "loop_ms_per_token": row_ms,
+        "rows": _rows_to_json(rows),
         "draft_ms": {f"{k},{d}": v for (k, d), v in measured["draft_ms"].items()},
     }
     chain = cd + 1 if ck else 0  # 0: no chain pays, draft nothing
@@ -933,6 +1030,22 @@ def make_sizer(target, config, head, tokenizer, *, identity: str, chain_only: bo
     return size
 
 
+def _rows_to_json(rows: RowCosts) -> dict:
+    return {"product_ms": rows.product_ms, "row_ms": rows.row_ms,
+            "per_token_ms": {str(k): v for k, v in rows.per_token_ms.items()}}  # fmt: skip
+
+
+def _rows_from_json(data) -> RowCosts:
+    if not isinstance(data, dict) or set(data) != {"product_ms", "row_ms", "per_token_ms"}:
+        raise ValueError(f"rows={data!r} is not product_ms, row_ms and per_token_ms")
+    return RowCosts(
+        _ms(data["product_ms"], "rows.product_ms", least=0.0),
+        _ms(data["row_ms"], "rows.row_ms", least=0.0),
+        {int(k): _ms(v, f"rows.per_token_ms[{k}]", least=0.0)
+         for k, v in dict(data["per_token_ms"]).items()},
+    )  # fmt: skip
+
+
 def _measured_to_json(measured: dict, setting: str, calibration: str = "none") -> dict:
     return {
         "version": SIZING_VERSION,
@@ -942,6 +1055,7 @@ def _measured_to_json(measured: dict, setting: str, calibration: str = "none") -
         "step_ms": measured["step_ms"],
         "loop_ms": measured["loop_ms"],
         "loop_ms_per_token": measured["loop_ms_per_token"],
+        "rows": _rows_to_json(measured["rows"]),
         "draft_ms": {f"{k},{d}": v for (k, d), v in measured["draft_ms"].items()},
         "tau": {f"{k},{d},{n}": v for (k, d, n), v in measured["tau"].items()},
         "calibration_records": measured["calibration_records"],
@@ -992,7 +1106,8 @@ def _measured_from_json(data: dict, setting: str, expected: dict, calibration: s
     if data.get("calibration") != calibration:
         raise ValueError(f"calibration {data.get('calibration')!r}, not {calibration!r}")
     fields = {"version", "setting", "calibration", "verify_ms", "step_ms", "loop_ms",
-              "loop_ms_per_token", "draft_ms", "tau", "calibration_records", "cycles"}  # fmt: skip
+              "loop_ms_per_token", "rows", "draft_ms", "tau", "calibration_records",
+              "cycles"}  # fmt: skip
     if set(data) != fields:
         raise ValueError(f"keys {sorted(data)}, expected {sorted(fields)}")
 
@@ -1004,6 +1119,7 @@ def _measured_from_json(data: dict, setting: str, expected: dict, calibration: s
         "step_ms": _ms(data["step_ms"], "step_ms"),
         "loop_ms": _ms(data["loop_ms"], "loop_ms", least=0.0),
         "loop_ms_per_token": _ms(data["loop_ms_per_token"], "loop_ms_per_token", least=0.0),
+        "rows": _rows_from_json(data["rows"]),
         "draft_ms": {
             ints(key): _ms(v, f"draft_ms[{key}]", least=0.0) for key, v in data["draft_ms"].items()
         },

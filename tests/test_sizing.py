@@ -46,7 +46,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiny_eagle import CONFIG, HEAD, HEAD_CFG, TARGET, run
 
-from minieagle import sizing
+from minieagle import inference, sizing
 from minieagle.calibration import Calibration, fit_calibration
 from minieagle.drafters.eagle1 import Eagle1Drafter
 from minieagle.drafters.eagle2 import Eagle2Drafter
@@ -75,11 +75,15 @@ TAU = {
 }  # fmt: skip
 
 
-def _speed(verify, loop, draft, k, d, n, t, step=STEP, per_token=0.0) -> float:
-    return t * step / (verify[n] + loop + per_token * t + draft[k, d])
+def _speed(verify, loop, draft, k, d, n, t, step=STEP, per_token=0.0, rows=None) -> float:
+    read = 0.0
+    if rows is not None:  # a chain's N rows in one product, a tree's a product per kept token
+        read = rows.product_ms + rows.row_ms * n if k == 1 else rows.per_token_ms[k] * t
+    return t * step / (verify[n] + loop + per_token * t + read + draft[k, d])
 
 
-def _check_choose(choose_fn, verify, loop, draft, tau, step=STEP, per_token=0.0, **fixed) -> None:
+def _check_choose(choose_fn, verify, loop, draft, tau, step=STEP, per_token=0.0, rows=None,
+                  **fixed) -> None:  # fmt: skip
     """Assert that choose_fn(...) is a brute-force argmax of the predicted speedup over the
     candidates `fixed` allows (plus drafting nothing when nothing is fixed), or raises
     InvalidInputError when none is allowed."""
@@ -92,23 +96,25 @@ def _check_choose(choose_fn, verify, loop, draft, tau, step=STEP, per_token=0.0,
         )
     }
     free = all(value is None for value in fixed.values())
-    rows = {"loop_ms_per_token": per_token} if per_token else {}
+    costs = {"loop_ms_per_token": per_token} if per_token else {}
+    if rows is not None:
+        costs["rows"] = rows
     if not allowed and not free:
         with pytest.raises(InvalidInputError):
-            choose_fn(verify, loop, draft, tau, step_ms=step, **rows, **fixed)
+            choose_fn(verify, loop, draft, tau, step_ms=step, **costs, **fixed)
         return
-    best = max((_speed(verify, loop, draft, *key, t, step, per_token)
+    best = max((_speed(verify, loop, draft, *key, t, step, per_token, rows)
                 for key, t in allowed.items()), default=0.0)  # fmt: skip
     if free:
         best = max(best, 1.0)
-    k, d, n, t, speed = choose_fn(verify, loop, draft, tau, step_ms=step, **rows, **fixed)
+    k, d, n, t, speed = choose_fn(verify, loop, draft, tau, step_ms=step, **costs, **fixed)
     if (k, d, n) == (0, 0, 1):
         assert free, f"drafting nothing was chosen although {fixed} were fixed"
         assert (t, speed) == (1.0, 1.0)
     else:
         assert (k, d, n) in allowed, f"{(k, d, n)} is not a candidate allowed by {fixed}"
         assert t == allowed[k, d, n]
-        expected = _speed(verify, loop, draft, k, d, n, t, step, per_token)
+        expected = _speed(verify, loop, draft, k, d, n, t, step, per_token, rows)
         assert math.isclose(speed, expected, rel_tol=1e-12)
     assert speed >= best - 1e-9, f"chose speedup {speed}, but {best} was possible"
 
@@ -193,6 +199,45 @@ def test_choose_counts_the_loop_per_token_kept():
         _check_choose(choose, VERIFY, LOOP, DRAFT, TAU, per_token=ROW, **fixed)
     with pytest.raises(AssertionError):
         _check_choose(_choose_loop_per_cycle_only, VERIFY, LOOP, DRAFT, TAU, per_token=ROW)
+
+
+def _choose_rows_per_token_for_chains(verify_ms, loop_ms, draft_ms, tau, *, step_ms, rows=None,
+                                      **fixed):  # fmt: skip
+    """Planted bug (the model before LazyLogits read a chain's rows together): a chain's
+    rows charged a product per kept token, as a tree's."""
+    per_token = {1: rows.product_ms + rows.row_ms, **rows.per_token_ms}
+    return choose(verify_ms, loop_ms, draft_ms, tau, step_ms=step_ms,
+                  rows=sizing.RowCosts(0.0, 0.0, per_token), **fixed)  # fmt: skip
+
+
+ROWS = sizing.RowCosts(product_ms=0.3, row_ms=0.02, per_token_ms={2: 0.3})
+
+
+def test_choose_counts_a_chains_rows_as_one_product_and_a_trees_per_token():
+    """The LM-head rows: a chain's N in one product (0.3 + 0.02 N ms), a tree's 0.3 ms per
+    kept token. (1, 2, 4): 2.6 * 1.2 / (1.5 + 0.5 + 0.38 + 0.5) = 1.083 beats (2, 2, 4):
+    3.6 / (1.5 + 0.5 + 0.9 + 0.7) = 1.0; charging the chain per token as well (0.32 * 2.6)
+    would pick the tree, which the brute-force check catches."""
+    k, d, n, t, speed = choose(VERIFY, LOOP, DRAFT, TAU, step_ms=STEP, rows=ROWS)
+    assert (k, d, n) == (1, 2, 4) and math.isclose(speed, 2.6 * 1.2 / 2.88)
+    for fixed in ({}, {"top_k": 2}, {"depth": 1}, {"top_k": 1, "total_tokens": 8}):
+        _check_choose(choose, VERIFY, LOOP, DRAFT, TAU, rows=ROWS, **fixed)
+    with pytest.raises(AssertionError):
+        _check_choose(_choose_rows_per_token_for_chains, VERIFY, LOOP, DRAFT, TAU, rows=ROWS)
+    assert ROWS.cycle_ms(4, 8, 2.0) == pytest.approx(0.64)  # no top_k 4 measured: one row each
+
+
+def test_fit_rows_recovers_a_planted_product_and_row_cost():
+    """fit_rows on (rows, ms) products made as 4.0 + 0.3 R ms with noise gives about
+    (4.0, 0.3); one row count gives its median as the fixed part; a negative slope is
+    clipped to 0; no products give (0, 0)."""
+    rng = np.random.default_rng(1)
+    counts = rng.choice([1, 1, 1, 2, 3, 8], size=300)
+    fixed, per_row = sizing.fit_rows([(int(r), 4.0 + 0.3 * r + rng.normal(0, 0.2)) for r in counts])
+    assert abs(fixed - 4.0) < 0.15 and abs(per_row - 0.3) < 0.05
+    assert sizing.fit_rows([(1, 2.0), (1, 4.0), (1, 3.0)]) == (3.0, 0.0)
+    assert sizing.fit_rows([(1, 5.0), (8, 1.0)])[1] == 0.0
+    assert sizing.fit_rows([]) == (0.0, 0.0)
 
 
 def test_fit_loop_recovers_a_planted_fixed_and_per_token_cost():
@@ -707,6 +752,26 @@ def test_measure_sizing_end_to_end_on_the_tiny_target(measured):
     assert back == measured
 
 
+def test_measure_sizing_times_the_lm_head_rows_apart_from_the_loop(monkeypatch, measured):
+    """With every LM-head product slowed by a planted 30 ms, the measured row costs carry it
+    (a chain's product, a tree's rows per kept token) and the loop's own work does not: the
+    loop is timed less its rows (a loop that kept them would be above 30 ms)."""
+    assert measured["rows"].product_ms > 0 and measured["rows"].per_token_ms[2] > 0
+    compute = inference.LazyLogits.__getitem__
+
+    def slow(self, i):
+        if i not in self.rows:
+            time.sleep(0.03)
+        return compute(self, i)
+
+    monkeypatch.setattr(inference.LazyLogits, "__getitem__", slow)
+    m = sizing.measure_sizing(TARGET, CONFIG, HEAD, HEAD_CFG, None, MEASURE_PROMPTS,
+                              SamplingParams(), candidate_top_k=MEASURE_K, max_depth=MEASURE_DEPTH,
+                              sizes=MEASURE_SIZES, new_tokens=8)  # fmt: skip
+    assert m["rows"].product_ms >= 25 and m["rows"].per_token_ms[2] >= 10, m["rows"]
+    assert m["loop_ms"] + 4 * m["loop_ms_per_token"] < 15, (m["loop_ms"], m["loop_ms_per_token"])
+
+
 @pytest.mark.parametrize("corruption", ["tau-above-n", "tau-falls-with-n", "size-missing"])
 def test_measured_checker_catches_corrupted_measurements(measured, corruption):
     """Negative control: a τ̂ above N, a τ̂ that falls as N grows and a missing verify cost
@@ -732,7 +797,7 @@ def _check_sizing(s: Sizing, m, **fixed) -> None:
         assert math.isclose(
             s.expected_speedup,
             _speed(m["verify_ms"], m["loop_ms"], m["draft_ms"], *tree, s.expected_tau,
-                   m["step_ms"], m["loop_ms_per_token"]),
+                   m["step_ms"], m["loop_ms_per_token"], m.get("rows")),
         )
     else:
         assert (s.expected_tau, s.expected_speedup) == (1.0, 1.0)
@@ -810,6 +875,7 @@ def _fake_measurements(calls, sampled_gain=1.0):
             "step_ms": 1.1,
             "loop_ms": 0.25,
             "loop_ms_per_token": 0.01,
+            "rows": sizing.RowCosts(0.05, 0.01, {k: 0.06 for k in candidate_top_k if k != 1}),
             "draft_ms": {(k, d): 0.05 * k * d for k in candidate_top_k for d in depths},
             "tau": {
                 (k, d, n): min(n, 1.0 + gain * (n - 1) * (1 - 0.5 ** min(d + 1, n - 1)) / (n + k))
