@@ -6,9 +6,11 @@ and 9-15 rows padded to a multiple of 4 through the general product), on the sam
     OPENBLAS_NUM_THREADS=1 python benchmarks/small_products.py \\
         --out docs/results/small-products-stacked-smollm2.json
 
-A chain of N tokens after a cached chat prompt, through the prepared target with lazy logits
-and one LM-head row read (verification reads the rows of the accepted path only); each N's
-median over the repeats, relative to N = 1 under the same rules. --model DIR measures another
+A chain of N tokens after a cached chat prompt, through the prepared target with lazy logits,
+one LM-head row read (a verdict that rejects the first draft) or every row (one that accepts
+the whole chain: before, a product per row; now `LazyLogits` given the chain's parents
+computes them in one product); each N's median over the repeats, relative to N = 1 under the
+same rules. --model DIR measures another
 checkpoint (default: SmolLM2 from the cache). The rounds before (docs/speed.md, "Small
 products") were measured by this script at the commits that made them.
 """
@@ -61,51 +63,54 @@ def main(argv=None) -> int:
 
         args.model = str(ensure_smollm2())
     params, config, tokenizer = load_checkpoint(args.model, dtype=np.float32)
-    linear = LINEAR
     target = inference.prepare(params, config)
-    targets = {"before": target, "after": target}
-    rules = {"before": before_linear, "after": linear}
+    # (rule, every row read): one LM-head row read, as a verdict that rejects the first draft;
+    # or every row, as one that accepts the whole chain (before: a product per row; after:
+    # LazyLogits given the chain computes them in one product)
+    series = {"before": (before_linear, False), "after": (LINEAR, False),
+              "before, every row": (before_linear, True),
+              "after, every row": (LINEAR, True)}  # fmt: skip
     prompt = tokenizer.encode(PROMPT, add_bos=True)
-    caches = {}
-    for name, target in targets.items():
-        inference.linear = rules[name]
-        caches[name] = KVCache.for_model(config, params, capacity=len(prompt) + max(SIZES))
-        target.forward(np.asarray(prompt), cache=caches[name])
-    inference.linear = linear
+    cache = KVCache.for_model(config, params, capacity=len(prompt) + max(SIZES))
+    target.forward(np.asarray(prompt), cache=cache)
     cached = len(prompt)
-    times = {(name, n): [] for name in rules for n in SIZES}
+    times = {(name, n): [] for name in series for n in SIZES}
     try:
         for _ in range(args.repeats):
-            for name, target in targets.items():
-                inference.linear, cache = rules[name], caches[name]
+            for name, (rule, every_row) in series.items():
+                inference.linear = rule
                 for n in SIZES:
                     chain = trees.Tree.chain(prompt[-1], [int(t) for t in np.resize(prompt, n - 1)])
                     positions = trees.position_ids(chain, cached)
                     mask = trees.attention_mask(chain, cached)
+                    parents = chain.parents if every_row and rule is LINEAR else None
                     start = time.perf_counter()
                     ids = np.asarray(chain.tokens)
                     logits, _ = target.forward(ids, position_ids=positions, attention_mask=mask,
-                                               cache=cache, lazy_logits=True)  # fmt: skip
-                    logits[0]
+                                               cache=cache, lazy_logits=True,
+                                               tree_parents=parents)  # fmt: skip
+                    for i in range(n if every_row else 1):
+                        logits[i]
                     times[name, n].append(1e3 * (time.perf_counter() - start))
                     cache.crop(cached)
     finally:
-        inference.linear = linear
+        inference.linear = LINEAR
     results = {"model": args.model, "machine": machine_info(), "repeats": args.repeats}
-    for name in rules:
+    for name in series:
         one = statistics.median(times[name, 1])
         results[name] = {
             "ms_one": one,
             "relative_to_one": {str(n): statistics.median(times[name, n]) / one for n in SIZES},
         }
         ratios = " ".join(f"{n}: {results[name]['relative_to_one'][str(n)]:.2f}" for n in SIZES)
-        print(f"{name:6} N = 1: {one:.1f} ms; N / 1: {ratios}")
-    after_over_before = {
-        str(n): statistics.median(times["after", n]) / statistics.median(times["before", n])
-        for n in SIZES
-    }
-    results["after_over_before"] = after_over_before
-    print("after / before, ms: " + " ".join(f"{n}: {r:.2f}" for n, r in after_over_before.items()))
+        print(f"{name:17} N = 1: {one:.1f} ms; N / 1: {ratios}")
+    for after, before in (("after", "before"), ("after, every row", "before, every row")):
+        ratio = {
+            str(n): statistics.median(times[after, n]) / statistics.median(times[before, n])
+            for n in SIZES
+        }
+        results[f"{after} / {before}"] = ratio
+        print(f"{after} / {before}, ms: " + " ".join(f"{n}: {r:.2f}" for n, r in ratio.items()))
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
         print(f"results written to {args.out}")
