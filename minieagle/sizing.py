@@ -5,8 +5,8 @@ head.
 A speculative cycle drafts a tree, verifies it in one target forward and emits, on average,
 τ tokens. Its speed, relative to vanilla decoding (one forward of one token per token), is
 
-    speedup(k, d, N) = τ̂ * step / (verify(N) + loop + row · τ̂ + rows(k, N, τ̂) + draft(k, d)),
-    τ̂ = τ̂(k, d, N)
+    speedup(k, d, N) = τ̂ * step / (verify(N) + loop + row · τ̂ + rows(k, N, τ̂)
+                                   + draft(k, min(d, N - 2))),   τ̂ = τ̂(k, d, N)
 
 - step: one vanilla decoding step (ms per token of `generate` without a drafter), timed
   after each calibration prompt below, so that it sees the machine as the cycles do;
@@ -26,7 +26,8 @@ A speculative cycle drafts a tree, verifies it in one target forward and emits, 
   product each, so they cost their measured ms per kept token (per top_k) times τ̂;
 - draft(k, d): drafting with top_k = k and depth = d (the catch-up forward, d expansion
   levels of k nodes each, tree building), timed at depth 1 and at the deepest depth, straight
-  in between;
+  in between, and one level less at depth 0; a tree of N nodes is charged the levels its
+  drafter runs, min(d, N - 2) (a chain of one draft runs none);
 - τ̂(k, d, N) = 1 + the expected number of accepted drafts of the tree EAGLE-2 would build:
   the N - 1 best candidates (by the drafter's own ranking, the value V = Π q along the path) of
   the pool cut to depth d + 1, each counted with g(V, depth), the observed chance that a node
@@ -79,7 +80,7 @@ from minieagle.errors import InvalidInputError
 from minieagle.sampling import SamplingParams, setting_name
 from minieagle.tree import children, depths
 
-SIZING_VERSION = 16  # bump when the code's costs change: cached sizes are then measured again
+SIZING_VERSION = 17  # bump when the code's costs change: cached sizes are then measured again
 CANDIDATE_TOP_K = (1, 2, 4, 8)
 MAX_DEPTH = 7  # expansion steps of the calibration runs: trees up to 8 drafts deep
 TOTAL_TOKENS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 26, 32, 40, 48, 64)
@@ -599,7 +600,9 @@ def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *, step_m
     (verify_ms[N] + loop_ms + loop_ms_per_token · τ̂ + rows + draft_ms[k, d]). verify_ms
     {N: ms}; loop_ms, loop_ms_per_token: the loop's own work per cycle, fixed and per token
     kept (`fit_loop`); rows: the LM-head rows' `RowCosts` (None: none);
-    draft_ms {(k, d): ms}; tau {(k, d, N): τ̂}; step_ms: one vanilla step;
+    draft_ms {(k, d): ms}, charged at depth min(d, N - 2), the expansion levels the drafter
+    runs for N - 1 drafts (a chain of one runs none: the root's children are its drafts),
+    or at d where that depth has no cost given; tau {(k, d, N): τ̂}; step_ms: one vanilla step;
     fixed top_k / depth / total_tokens restrict the search. Returns (k, d, N, τ̂, speedup).
     With nothing fixed, drafting nothing (k = d = 0, N = 1: vanilla decoding, speedup 1) is a
     candidate too, chosen when no tree is predicted to pay: sized automatically, a drafter is
@@ -611,8 +614,9 @@ def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *, step_m
                for want, got in ((top_k, k), (depth, d), (total_tokens, n))):  # fmt: skip
             continue
         read = 0.0 if rows is None else rows.cycle_ms(k, n, t)
+        drafting = draft_ms.get((k, min(d, n - 2)), draft_ms[k, d])  # the levels it runs
         speed = t * step_ms / (verify_ms[n] + loop_ms + loop_ms_per_token * t + read
-                               + draft_ms[k, d])  # fmt: skip
+                               + drafting)  # fmt: skip
         if best is None or speed > best[-1] + 1e-12:
             best = (k, d, n, t, speed)
     if best is None:
@@ -731,7 +735,9 @@ def measure_sizing(
         # path depends on its siblings' ranks (a head's top-1 token is accepted more often
         # than its q says, a lower-ranked one less), so each tree shape keeps its own.
         # Drafting cost: timed at depth 1 and (in the calibration run) at the deepest depth,
-        # straight in between (each level one head forward of k nodes).
+        # straight in between (each level one head forward of k nodes), and one level less
+        # than depth 1 for depth 0: the root's children alone, all a tree of N <= 2 drafts
+        # (a chain of one) runs (`choose`).
         if chain_ms:
             shallow_ms, deepest_ms = chain_ms[2], chain_ms[max_depth + 1]
         else:
@@ -741,6 +747,8 @@ def measure_sizing(
         for d in range(1, max_depth + 1):
             share = (d - 1) / max(1, max_depth - 1)
             draft_ms[k, d] = shallow_ms + share * (deepest_ms - shallow_ms)
+        level_ms = (deepest_ms - shallow_ms) / (max_depth - 1) if max_depth > 1 else 0.0
+        draft_ms[k, 0] = max(0.0, shallow_ms - max(0.0, level_ms))
         for _, d, n in _tau_keys((k,), max_depth, sizes):
             accepted = [expected_accepted(pool, on_path, d, n - 1) for pool in pools]
             tau[k, d, n] = 1.0 + float(np.mean(accepted))
@@ -1073,7 +1081,7 @@ def _expected_keys(candidate_top_k, max_depth: int, sizes) -> dict:
     depths = range(1, max_depth + 1)
     return {
         "verify_ms": set(sizes),
-        "draft_ms": {(k, d) for k in candidate_top_k for d in depths},
+        "draft_ms": {(k, d) for k in candidate_top_k for d in (0, *depths)},
         "tau": set(_tau_keys(candidate_top_k, max_depth, sizes)),
         "cycles": set(candidate_top_k),
     }

@@ -79,7 +79,8 @@ def _speed(verify, loop, draft, k, d, n, t, step=STEP, per_token=0.0, rows=None)
     read = 0.0
     if rows is not None:  # a chain's N rows in one product, a tree's a product per kept token
         read = rows.product_ms + rows.row_ms * n if k == 1 else rows.per_token_ms[k] * t
-    return t * step / (verify[n] + loop + per_token * t + read + draft[k, d])
+    drafting = draft.get((k, min(d, n - 2)), draft[k, d])  # the levels the drafter runs
+    return t * step / (verify[n] + loop + per_token * t + read + drafting)
 
 
 def _check_choose(choose_fn, verify, loop, draft, tau, step=STEP, per_token=0.0, rows=None,
@@ -225,6 +226,27 @@ def test_choose_counts_a_chains_rows_as_one_product_and_a_trees_per_token():
     with pytest.raises(AssertionError):
         _check_choose(_choose_rows_per_token_for_chains, VERIFY, LOOP, DRAFT, TAU, rows=ROWS)
     assert ROWS.cycle_ms(4, 8, 2.0) == pytest.approx(0.64)  # no top_k 4 measured: one row each
+
+
+def _choose_draft_at_depth(verify_ms, loop_ms, draft_ms, tau, *, step_ms, **fixed):
+    """Planted bug (the model before 2026-12-03): every tree charged its depth's drafting,
+    though a tree of N nodes runs min(depth, N - 2) expansion levels (a chain of one, none)."""
+    at_depth = {key: ms for key, ms in draft_ms.items() if key[1] > 0}
+    return choose(verify_ms, loop_ms, at_depth, tau, step_ms=step_ms, **fixed)
+
+
+def test_choose_charges_the_levels_a_tree_runs():
+    """A chain of one draft (N = 2) runs no expansion level whatever its depth: with depth 0's
+    drafting free, (1, 1, 2) at τ̂ 2.0 is 2.4 / 1.7 = 1.41 and beats the tree (2, 2, 4), 1.333;
+    charged depth 1's 0.3 ms it would be 1.2, and the brute-force check catches that."""
+    draft = {**DRAFT, (1, 0): 0.0, (2, 0): 0.1}
+    tau = {**TAU, (1, 1, 2): 2.0, (1, 2, 2): 2.0}
+    k, d, n, t, speed = choose(VERIFY, LOOP, draft, tau, step_ms=STEP)
+    assert (k, n) == (1, 2) and math.isclose(speed, 2.0 * 1.2 / 1.7)
+    for fixed in ({}, {"top_k": 2}, {"depth": 2}, {"total_tokens": 4}):
+        _check_choose(choose, VERIFY, LOOP, draft, tau, **fixed)
+    with pytest.raises(AssertionError):
+        _check_choose(_choose_draft_at_depth, VERIFY, LOOP, draft, tau)
 
 
 def test_fit_rows_recovers_a_planted_product_and_row_cost():
@@ -720,8 +742,10 @@ def _check_measured(m, ks, max_depth, sizes) -> None:
     assert set(m["verify_ms"]) == {1, *sizes}
     assert all(v > 0 for v in m["verify_ms"].values())
     assert m["loop_ms"] >= 0 and m["step_ms"] > 0
-    assert set(m["draft_ms"]) == {(k, d) for k in ks for d in range(1, max_depth + 1)}
+    assert set(m["draft_ms"]) == {(k, d) for k in ks for d in range(0, max_depth + 1)}
     assert all(v >= 0 for v in m["draft_ms"].values())
+    for k in ks:  # depth 0 (the root's children alone) costs at most depth 1
+        assert m["draft_ms"][k, 0] <= m["draft_ms"][k, 1]
     want = {  # every tree of N nodes the pool of k + d k^2 candidates can fill
         (k, d, n)
         for k in ks
@@ -817,7 +841,7 @@ def test_sizing_from_picks_a_measured_candidate(measured):
     s = sizing_from(measured, "T=0")
     _check_sizing(s, measured)
     assert s.setting == "T=0" and "auto sizing (T=0)" in s.describe()
-    assert set(s.costs["draft_ms"]) == {"1,1", "1,2", "2,1", "2,2"}
+    assert set(s.costs["draft_ms"]) == {"1,0", "1,1", "1,2", "2,0", "2,1", "2,2"}
     for fixed in ({"top_k": 2}, {"depth": 1}, {"total_tokens": 4}, {"top_k": 1, "depth": 2}):
         _check_sizing(sizing_from(measured, "T=0", **fixed), measured, **fixed)
     # cheap drafting makes trees pay: the choice is then a tree
@@ -876,7 +900,9 @@ def _fake_measurements(calls, sampled_gain=1.0):
             "loop_ms": 0.25,
             "loop_ms_per_token": 0.01,
             "rows": sizing.RowCosts(0.05, 0.01, {k: 0.06 for k in candidate_top_k if k != 1}),
-            "draft_ms": {(k, d): 0.05 * k * d for k in candidate_top_k for d in depths},
+            "draft_ms": {
+                (k, d): 0.05 * k * max(d, 0.5) for k in candidate_top_k for d in (0, *depths)
+            },
             "tau": {
                 (k, d, n): min(n, 1.0 + gain * (n - 1) * (1 - 0.5 ** min(d + 1, n - 1)) / (n + k))
                 for k, d, n in sizing._tau_keys(candidate_top_k, max_depth, sizes)
