@@ -18,7 +18,9 @@ A speculative cycle drafts a tree, verifies it in one target forward and emits, 
 - loop + row · τ̂: the speculative loop's own work per cycle (the verdict, cache surgery, the
   drafter's accept), timed in the calibration runs as each cycle's wall time less its
   propose, its forward and its LM-head rows (for EAGLE-1's chain, in that drafter's own
-  cycles), and fitted as a fixed part plus a part per token the cycle keeps (`fit_loop`);
+  cycles), and fitted as a fixed part plus a part per token the cycle keeps (`fit_loop`), for
+  each top_k on its own runs (a verdict at T > 0 reads every node of positive weight, many
+  more in a deep tree than in a chain, so one pooled fit overcharged chains);
 - rows(k, N, τ̂): the LM-head rows the verdict reads (`RowCosts`; SmolLM2's 49,152-row head
   makes one row about a fifth of a decoding step). A chain's rows are computed in one
   product at its first read (`inference.LazyLogits`), which costs a + b · N, fitted on every
@@ -80,7 +82,7 @@ from minieagle.errors import InvalidInputError
 from minieagle.sampling import SamplingParams, setting_name
 from minieagle.tree import children, depths
 
-SIZING_VERSION = 17  # bump when the code's costs change: cached sizes are then measured again
+SIZING_VERSION = 18  # bump when the code's costs change: cached sizes are then measured again
 CANDIDATE_TOP_K = (1, 2, 4, 8)
 MAX_DEPTH = 7  # expansion steps of the calibration runs: trees up to 8 drafts deep
 TOTAL_TOKENS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 26, 32, 40, 48, 64)
@@ -594,12 +596,16 @@ class RowCosts:
 
 
 def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *, step_ms: float,
-           loop_ms_per_token: float = 0.0, rows: RowCosts | None = None, top_k=None,
-           depth=None, total_tokens=None):  # fmt: skip
+           loop_ms_per_token: float = 0.0, rows: RowCosts | None = None,
+           loop_by_top_k: dict | None = None, top_k=None, depth=None,
+           total_tokens=None):  # fmt: skip
     """The (top_k, depth, total_tokens) of the highest predicted speedup τ̂ · step_ms /
     (verify_ms[N] + loop_ms + loop_ms_per_token · τ̂ + rows + draft_ms[k, d]). verify_ms
     {N: ms}; loop_ms, loop_ms_per_token: the loop's own work per cycle, fixed and per token
-    kept (`fit_loop`); rows: the LM-head rows' `RowCosts` (None: none);
+    kept (`fit_loop`), pooled over every top_k; loop_by_top_k {k: (fixed, per token)}: each
+    top_k's own fit, used where given (a verdict at T > 0 reads every node of positive weight,
+    many more in a 26-node tree than in a chain, so the pooled loop overcharged chains);
+    rows: the LM-head rows' `RowCosts` (None: none);
     draft_ms {(k, d): ms}, charged at depth min(d, N - 2), the expansion levels the drafter
     runs for N - 1 drafts (a chain of one runs none: the root's children are its drafts),
     or at d where that depth has no cost given; tau {(k, d, N): τ̂}; step_ms: one vanilla step;
@@ -615,7 +621,8 @@ def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *, step_m
             continue
         read = 0.0 if rows is None else rows.cycle_ms(k, n, t)
         drafting = draft_ms.get((k, min(d, n - 2)), draft_ms[k, d])  # the levels it runs
-        speed = t * step_ms / (verify_ms[n] + loop_ms + loop_ms_per_token * t + read
+        fixed_ms, per_token_ms = (loop_by_top_k or {}).get(k, (loop_ms, loop_ms_per_token))
+        speed = t * step_ms / (verify_ms[n] + fixed_ms + per_token_ms * t + read
                                + drafting)  # fmt: skip
         if best is None or speed > best[-1] + 1e-12:
             best = (k, d, n, t, speed)
@@ -720,6 +727,9 @@ def measure_sizing(
             vanilla += chain_vanilla
             products += chain_products
     loop_ms, row_ms = fit_loop(timed)
+    loop_by_top_k = {k: fit_loop(run.loops) for k, run in runs.items() if run.loops}
+    if chain_drafter is not None and timed:  # the chain's own cycles
+        loop_by_top_k = {1: fit_loop(timed)}
     rows = RowCosts(*fit_rows(products), per_token)
     if step_ms is None:  # one vanilla step, timed after every calibration prompt
         step_ms = statistics.median(vanilla)
@@ -757,6 +767,7 @@ def measure_sizing(
         "step_ms": step_ms,
         "loop_ms": loop_ms,
         "loop_ms_per_token": row_ms,
+        "loop_by_top_k": loop_by_top_k,
         "rows": rows,
         "draft_ms": draft_ms,
         "tau": tau,
@@ -775,19 +786,22 @@ def sizing_from(measured: dict, setting: str, **fixed) -> Sizing:
     """The `Sizing` the measurements pick (fixed: top_k / depth / total_tokens the user set)."""
     verify_ms, loop_ms, step_ms = measured["verify_ms"], measured["loop_ms"], measured["step_ms"]
     row_ms, rows = measured["loop_ms_per_token"], measured.get("rows")
+    by_k = measured.get("loop_by_top_k")
     k, d, n, t, speed = choose(verify_ms, loop_ms, measured["draft_ms"], measured["tau"],
                                step_ms=step_ms, loop_ms_per_token=row_ms, rows=rows,
-                               **fixed)  # fmt: skip
+                               loop_by_top_k=by_k, **fixed)  # fmt: skip
     chain_tau = {
         key: v for key, v in measured["tau"].items() if key[0] == 1 and key[2] == key[1] + 2
     }
     ck, cd, _, ct, cs = choose(verify_ms, loop_ms, measured["draft_ms"], chain_tau,
-                               step_ms=step_ms, loop_ms_per_token=row_ms, rows=rows)  # fmt: skip
+                               step_ms=step_ms, loop_ms_per_token=row_ms, rows=rows,
+                               loop_by_top_k=by_k)  # fmt: skip
     costs = {
         "verify_ms": {str(n): v for n, v in verify_ms.items()},
         "step_ms": step_ms,
         "loop_ms": loop_ms,
         "loop_ms_per_token": row_ms,
+        "loop_by_top_k": {str(k): list(v) for k, v in (by_k or {}).items()},
         "rows": _rows_to_json(rows),
         "draft_ms": {f"{k},{d}": v for (k, d), v in measured["draft_ms"].items()},
     }
@@ -1054,6 +1068,17 @@ def _rows_from_json(data) -> RowCosts:
     )  # fmt: skip
 
 
+def _loops_from_json(data) -> dict:
+    if not isinstance(data, dict):
+        raise ValueError(f"loop_by_top_k={data!r} is not a dict of top_k: [fixed, per token]")
+    loops = {}
+    for k, value in data.items():
+        if not isinstance(value, list) or len(value) != 2:
+            raise ValueError(f"loop_by_top_k[{k}]={value!r} is not [fixed ms, ms per token]")
+        loops[int(k)] = tuple(_ms(v, f"loop_by_top_k[{k}]", least=0.0) for v in value)
+    return loops
+
+
 def _measured_to_json(measured: dict, setting: str, calibration: str = "none") -> dict:
     return {
         "version": SIZING_VERSION,
@@ -1063,6 +1088,7 @@ def _measured_to_json(measured: dict, setting: str, calibration: str = "none") -
         "step_ms": measured["step_ms"],
         "loop_ms": measured["loop_ms"],
         "loop_ms_per_token": measured["loop_ms_per_token"],
+        "loop_by_top_k": {str(k): list(v) for k, v in measured["loop_by_top_k"].items()},
         "rows": _rows_to_json(measured["rows"]),
         "draft_ms": {f"{k},{d}": v for (k, d), v in measured["draft_ms"].items()},
         "tau": {f"{k},{d},{n}": v for (k, d, n), v in measured["tau"].items()},
@@ -1114,8 +1140,8 @@ def _measured_from_json(data: dict, setting: str, expected: dict, calibration: s
     if data.get("calibration") != calibration:
         raise ValueError(f"calibration {data.get('calibration')!r}, not {calibration!r}")
     fields = {"version", "setting", "calibration", "verify_ms", "step_ms", "loop_ms",
-              "loop_ms_per_token", "rows", "draft_ms", "tau", "calibration_records",
-              "cycles"}  # fmt: skip
+              "loop_ms_per_token", "loop_by_top_k", "rows", "draft_ms", "tau",
+              "calibration_records", "cycles"}  # fmt: skip
     if set(data) != fields:
         raise ValueError(f"keys {sorted(data)}, expected {sorted(fields)}")
 
@@ -1127,6 +1153,7 @@ def _measured_from_json(data: dict, setting: str, expected: dict, calibration: s
         "step_ms": _ms(data["step_ms"], "step_ms"),
         "loop_ms": _ms(data["loop_ms"], "loop_ms", least=0.0),
         "loop_ms_per_token": _ms(data["loop_ms_per_token"], "loop_ms_per_token", least=0.0),
+        "loop_by_top_k": _loops_from_json(data["loop_by_top_k"]),
         "rows": _rows_from_json(data["rows"]),
         "draft_ms": {
             ints(key): _ms(v, f"draft_ms[{key}]", least=0.0) for key, v in data["draft_ms"].items()

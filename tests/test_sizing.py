@@ -75,7 +75,9 @@ TAU = {
 }  # fmt: skip
 
 
-def _speed(verify, loop, draft, k, d, n, t, step=STEP, per_token=0.0, rows=None) -> float:
+def _speed(verify, loop, draft, k, d, n, t, step=STEP, per_token=0.0, rows=None,
+           by_k=None) -> float:  # fmt: skip
+    loop, per_token = (by_k or {}).get(k, (loop, per_token))  # a top_k's own loop, if given
     read = 0.0
     if rows is not None:  # a chain's N rows in one product, a tree's a product per kept token
         read = rows.product_ms + rows.row_ms * n if k == 1 else rows.per_token_ms[k] * t
@@ -247,6 +249,22 @@ def test_choose_charges_the_levels_a_tree_runs():
         _check_choose(choose, VERIFY, LOOP, draft, tau, **fixed)
     with pytest.raises(AssertionError):
         _check_choose(_choose_draft_at_depth, VERIFY, LOOP, draft, tau)
+
+
+def test_choose_charges_each_top_k_its_own_loop():
+    """Each top_k's own loop fit, where given, replaces the pooled one: with the pooled loop
+    (0.5 ms + 0.2 ms a kept token) the tree (2, 2, 4) wins (3.6 / 3.3 = 1.09); with the
+    chain's own loop free, (1, 2, 4) runs 3.12 / 2.0 = 1.56. Ignoring the per-top_k fits
+    (the pooled loop for all) is caught by comparing with the hand computation."""
+    by_k = {1: (0.0, 0.0)}
+    k, d, n, t, speed = choose(VERIFY, LOOP, DRAFT, TAU, step_ms=STEP, loop_ms_per_token=ROW,
+                               loop_by_top_k=by_k)  # fmt: skip
+    assert (k, d, n) == (1, 2, 4) and math.isclose(speed, 2.6 * 1.2 / (1.5 + 0.5))
+    pooled = choose(VERIFY, LOOP, DRAFT, TAU, step_ms=STEP, loop_ms_per_token=ROW)
+    assert pooled[:3] == (2, 2, 4)
+    fixed_k2 = choose(VERIFY, LOOP, DRAFT, TAU, step_ms=STEP, loop_ms_per_token=ROW,
+                      loop_by_top_k=by_k, top_k=2)  # fmt: skip
+    assert fixed_k2[:3] == (2, 2, 4) and math.isclose(fixed_k2[-1], 3.0 * 1.2 / 3.3)
 
 
 def test_fit_rows_recovers_a_planted_product_and_row_cost():
@@ -746,6 +764,8 @@ def _check_measured(m, ks, max_depth, sizes) -> None:
     assert all(v >= 0 for v in m["draft_ms"].values())
     for k in ks:  # depth 0 (the root's children alone) costs at most depth 1
         assert m["draft_ms"][k, 0] <= m["draft_ms"][k, 1]
+    assert set(m["loop_by_top_k"]) == set(ks)  # each top_k's own loop fit
+    assert all(fixed >= 0 and per >= 0 for fixed, per in m["loop_by_top_k"].values())
     want = {  # every tree of N nodes the pool of k + d k^2 candidates can fill
         (k, d, n)
         for k in ks
@@ -821,7 +841,7 @@ def _check_sizing(s: Sizing, m, **fixed) -> None:
         assert math.isclose(
             s.expected_speedup,
             _speed(m["verify_ms"], m["loop_ms"], m["draft_ms"], *tree, s.expected_tau,
-                   m["step_ms"], m["loop_ms_per_token"], m.get("rows")),
+                   m["step_ms"], m["loop_ms_per_token"], m.get("rows"), m.get("loop_by_top_k")),
         )
     else:
         assert (s.expected_tau, s.expected_speedup) == (1.0, 1.0)
@@ -899,6 +919,7 @@ def _fake_measurements(calls, sampled_gain=1.0):
             "step_ms": 1.1,
             "loop_ms": 0.25,
             "loop_ms_per_token": 0.01,
+            "loop_by_top_k": {k: (0.25, 0.01) for k in candidate_top_k},
             "rows": sizing.RowCosts(0.05, 0.01, {k: 0.06 for k in candidate_top_k if k != 1}),
             "draft_ms": {
                 (k, d): 0.05 * k * max(d, 0.5) for k in candidate_top_k for d in (0, *depths)
