@@ -76,7 +76,7 @@ def main(argv=None) -> dict:
     )
     parts, all_forwards, vanilla = {}, [], []
     for name, make in shapes.items():
-        proposes, loops, forwards, steps, products = sizing._timed_cycles(
+        proposes, loops, forwards, steps, products, _ = sizing._timed_cycles(
             target, config, prompts, sampling, make, new_tokens=64, cycles=args.cycles,
             prompts_used=len(prompts),
         )  # fmt: skip

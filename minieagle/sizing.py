@@ -26,6 +26,9 @@ A speculative cycle drafts a tree, verifies it in one target forward and emits, 
   product at its first read (`inference.LazyLogits`), which costs a + b · N, fitted on every
   product timed in the calibration runs; a tree's are read along its accepted path, a
   product each, so they cost their measured ms per kept token (per top_k) times τ̂;
+- the chain of one draft (top_k 1, N = 2), the tree that pays where a forward's cost grows
+  with N, is also timed whole in a short decoding of its own, and that median cycle replaces
+  the sum of the parts above for it (`cycle_ms`);
 - draft(k, d): drafting with top_k = k and depth = d (the catch-up forward, d expansion
   levels of k nodes each, tree building), timed at depth 1 and at the deepest depth, straight
   in between, and one level less at depth 0; a tree of N nodes is charged the levels its
@@ -82,7 +85,7 @@ from minieagle.errors import InvalidInputError
 from minieagle.sampling import SamplingParams, setting_name
 from minieagle.tree import children, depths
 
-SIZING_VERSION = 18  # bump when the code's costs change: cached sizes are then measured again
+SIZING_VERSION = 19  # bump when the code's costs change: cached sizes are then measured again
 CANDIDATE_TOP_K = (1, 2, 4, 8)
 MAX_DEPTH = 7  # expansion steps of the calibration runs: trees up to 8 drafts deep
 TOTAL_TOKENS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 26, 32, 40, 48, 64)
@@ -264,6 +267,12 @@ class _Stopwatch:
             in zip(self.propose_starts, self.propose_starts[1:], self.propose_ms, self.kept,
                    strict=False)
         ]  # fmt: skip  (the starts shifted by one end a cycle early: the last has no end)
+
+    def walls(self) -> list[float]:
+        """The wall ms of every cycle but the last, from one propose to the next: all of it,
+        drafting, forward, rows and loop."""
+        return [1e3 * (after - start) for (start, _, _), (after, _, _)
+                in zip(self.propose_starts, self.propose_starts[1:], strict=False)]  # fmt: skip
 
     def rows(self) -> list[tuple[float, int]]:
         """(ms, tokens kept) of the LM-head rows the verdict read in every cycle but the last.
@@ -472,13 +481,14 @@ class PathAcceptance:
 
 
 def tree_drafter(target, config, head, head_cfg, vocab, top_k: int, depth: int,
-                 sampled_tree: bool, calibration=None):  # fmt: skip
+                 sampled_tree: bool, calibration=None, total_tokens=None):  # fmt: skip
     """A maker of the `Eagle2Drafter` the sizing measures at (top_k, depth): a tree large
-    enough (26 nodes, at least) never to cut the expansion, ranking by `calibration` (a
-    `Calibration` for the sizing's setting, or None) as the sized drafter will."""
+    enough (26 nodes, at least) never to cut the expansion, or of total_tokens nodes when
+    given, ranking by `calibration` (a `Calibration` for the sizing's setting, or None) as the
+    sized drafter will."""
     from minieagle.drafters.eagle2 import Eagle2Drafter
 
-    total = max(top_k + 1, depth + 2, CALIBRATION_NODES)
+    total = total_tokens or max(top_k + 1, depth + 2, CALIBRATION_NODES)
     return lambda: Eagle2Drafter(
         target, config, head, head_cfg, vocab, depth=depth, top_k=top_k, total_tokens=total,
         sampled_tree=sampled_tree, calibration=calibration,
@@ -498,14 +508,15 @@ def _propose_ms(target, config, prompts, sampling, make_drafter, new_tokens: int
 
 def _timed_cycles(target, config, prompts, sampling, make_drafter, new_tokens: int = 12,
                   cycles: int = 4, prompts_used: int = 2, with_vanilla: bool = True
-                  ) -> tuple[list, list, list, list, list]:  # fmt: skip
+                  ) -> tuple[list, list, list, list, list, list]:  # fmt: skip
     """`_propose_ms`'s decoding of the first `prompts_used` prompts: (the propose ms after each
     prompt's first, the loop's own ms of each cycle, its forward's (ms, nodes):
     `_Stopwatch.loops` and `forwards`, a vanilla step's ms after each prompt if with_vanilla,
-    the LM-head products' (rows, ms): `_TimedTarget.products`)."""
+    the LM-head products' (rows, ms): `_TimedTarget.products`, and each cycle's whole wall ms
+    after each prompt's first: `_Stopwatch.walls`)."""
     from minieagle.generate import generate
 
-    times, loops, forwards, vanilla = [], [], [], []
+    times, loops, forwards, vanilla, walls = [], [], [], [], []
     clock = _TimedTarget(inference.prepare(target, config))
     for i, (_, ids) in enumerate(prompts[:prompts_used]):
         timed = _Stopwatch(make_drafter(), clock)
@@ -518,13 +529,14 @@ def _timed_cycles(target, config, prompts, sampling, make_drafter, new_tokens: i
             generate(clock.view(), config, ids, drafter=timed, max_new_tokens=new_tokens,
                      sampling=sampling, seed=i, stop_at_eos=False, on_tokens=enough)  # fmt: skip
         times += timed.propose_ms[1:]
+        walls += timed.walls()[1:]  # the first cycle's catch-up reads the whole prompt
         loops += timed.loops()
         forwards += timed.forwards()
         if with_vanilla:
             vanilla.append(_vanilla_ms(target, config, ids, sampling, i))
         if len(times) >= cycles:
             break
-    return times, loops, forwards, vanilla, clock.products
+    return times, loops, forwards, vanilla, clock.products, walls
 
 
 def expected_accepted(pool: Pool, on_path, depth: int, drafts: int) -> float:
@@ -597,15 +609,16 @@ class RowCosts:
 
 def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *, step_ms: float,
            loop_ms_per_token: float = 0.0, rows: RowCosts | None = None,
-           loop_by_top_k: dict | None = None, top_k=None, depth=None,
-           total_tokens=None):  # fmt: skip
+           loop_by_top_k: dict | None = None, cycle_ms: dict | None = None, top_k=None,
+           depth=None, total_tokens=None):  # fmt: skip
     """The (top_k, depth, total_tokens) of the highest predicted speedup τ̂ · step_ms /
     (verify_ms[N] + loop_ms + loop_ms_per_token · τ̂ + rows + draft_ms[k, d]). verify_ms
     {N: ms}; loop_ms, loop_ms_per_token: the loop's own work per cycle, fixed and per token
     kept (`fit_loop`), pooled over every top_k; loop_by_top_k {k: (fixed, per token)}: each
     top_k's own fit, used where given (a verdict at T > 0 reads every node of positive weight,
     many more in a 26-node tree than in a chain, so the pooled loop overcharged chains);
-    rows: the LM-head rows' `RowCosts` (None: none);
+    rows: the LM-head rows' `RowCosts` (None: none); cycle_ms {(k, N): ms}: a tree's whole
+    cycle timed as it decodes (the chain of one, (1, 2)), which replaces the sum of the parts;
     draft_ms {(k, d): ms}, charged at depth min(d, N - 2), the expansion levels the drafter
     runs for N - 1 drafts (a chain of one runs none: the root's children are its drafts),
     or at d where that depth has no cost given; tau {(k, d, N): τ̂}; step_ms: one vanilla step;
@@ -622,8 +635,8 @@ def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *, step_m
         read = 0.0 if rows is None else rows.cycle_ms(k, n, t)
         drafting = draft_ms.get((k, min(d, n - 2)), draft_ms[k, d])  # the levels it runs
         fixed_ms, per_token_ms = (loop_by_top_k or {}).get(k, (loop_ms, loop_ms_per_token))
-        speed = t * step_ms / (verify_ms[n] + fixed_ms + per_token_ms * t + read
-                               + drafting)  # fmt: skip
+        cycle = verify_ms[n] + fixed_ms + per_token_ms * t + read + drafting
+        speed = t * step_ms / (cycle_ms or {}).get((k, n), cycle)
         if best is None or speed > best[-1] + 1e-12:
             best = (k, d, n, t, speed)
     if best is None:
@@ -717,7 +730,7 @@ def measure_sizing(
     if chain_drafter is not None:  # the chain's own drafter, at its shortest and longest
         timed = []  # its loop too: EAGLE-1's accept does less than the dynamic tree's
         for drafts in (2, max_depth + 1):
-            proposes, loops, chain_forwards, chain_vanilla, chain_products = _timed_cycles(
+            proposes, loops, chain_forwards, chain_vanilla, chain_products, _ = _timed_cycles(
                 target, config, prompts, sampling, lambda drafts=drafts: chain_drafter(drafts),
                 cycles=16, prompts_used=4, with_vanilla=step_ms is None,
             )  # fmt: skip
@@ -726,6 +739,18 @@ def measure_sizing(
             forwards += chain_forwards
             vanilla += chain_vanilla
             products += chain_products
+    cycle_ms = {}
+    if 1 in candidate_top_k and 2 in sizes:
+        # The chain of one draft, the tree that pays where a forward's cost grows with N (a
+        # CPU), timed whole: its short cycles are where the model's parts, timed in the deep
+        # calibration trees, err most (docs/speed.md)
+        make = (lambda: chain_drafter(1)) if chain_drafter is not None else tree_drafter(
+            target, config, head, head_cfg, vocab, 1, 1, sampled_tree, calibration,
+            total_tokens=2)  # fmt: skip
+        walls = _timed_cycles(target, config, prompts, sampling, make, cycles=16, prompts_used=4,
+                              with_vanilla=False)[5]  # fmt: skip
+        if walls:
+            cycle_ms[1, 2] = statistics.median(walls)
     loop_ms, row_ms = fit_loop(timed)
     loop_by_top_k = {k: fit_loop(run.loops) for k, run in runs.items() if run.loops}
     if chain_drafter is not None and timed:  # the chain's own cycles
@@ -769,6 +794,7 @@ def measure_sizing(
         "loop_ms_per_token": row_ms,
         "loop_by_top_k": loop_by_top_k,
         "rows": rows,
+        "cycle_ms": cycle_ms,
         "draft_ms": draft_ms,
         "tau": tau,
         "calibration_records": sum(run.on_path.records for run in runs.values()),
@@ -786,22 +812,23 @@ def sizing_from(measured: dict, setting: str, **fixed) -> Sizing:
     """The `Sizing` the measurements pick (fixed: top_k / depth / total_tokens the user set)."""
     verify_ms, loop_ms, step_ms = measured["verify_ms"], measured["loop_ms"], measured["step_ms"]
     row_ms, rows = measured["loop_ms_per_token"], measured.get("rows")
-    by_k = measured.get("loop_by_top_k")
+    by_k, whole = measured.get("loop_by_top_k"), measured.get("cycle_ms")
     k, d, n, t, speed = choose(verify_ms, loop_ms, measured["draft_ms"], measured["tau"],
                                step_ms=step_ms, loop_ms_per_token=row_ms, rows=rows,
-                               loop_by_top_k=by_k, **fixed)  # fmt: skip
+                               loop_by_top_k=by_k, cycle_ms=whole, **fixed)  # fmt: skip
     chain_tau = {
         key: v for key, v in measured["tau"].items() if key[0] == 1 and key[2] == key[1] + 2
     }
     ck, cd, _, ct, cs = choose(verify_ms, loop_ms, measured["draft_ms"], chain_tau,
                                step_ms=step_ms, loop_ms_per_token=row_ms, rows=rows,
-                               loop_by_top_k=by_k)  # fmt: skip
+                               loop_by_top_k=by_k, cycle_ms=whole)  # fmt: skip
     costs = {
         "verify_ms": {str(n): v for n, v in verify_ms.items()},
         "step_ms": step_ms,
         "loop_ms": loop_ms,
         "loop_ms_per_token": row_ms,
         "loop_by_top_k": {str(k): list(v) for k, v in (by_k or {}).items()},
+        "cycle_ms": {f"{k},{n}": v for (k, n), v in (whole or {}).items()},
         "rows": _rows_to_json(rows),
         "draft_ms": {f"{k},{d}": v for (k, d), v in measured["draft_ms"].items()},
     }
@@ -1089,6 +1116,7 @@ def _measured_to_json(measured: dict, setting: str, calibration: str = "none") -
         "loop_ms": measured["loop_ms"],
         "loop_ms_per_token": measured["loop_ms_per_token"],
         "loop_by_top_k": {str(k): list(v) for k, v in measured["loop_by_top_k"].items()},
+        "cycle_ms": {f"{k},{n}": v for (k, n), v in measured["cycle_ms"].items()},
         "rows": _rows_to_json(measured["rows"]),
         "draft_ms": {f"{k},{d}": v for (k, d), v in measured["draft_ms"].items()},
         "tau": {f"{k},{d},{n}": v for (k, d, n), v in measured["tau"].items()},
@@ -1140,7 +1168,7 @@ def _measured_from_json(data: dict, setting: str, expected: dict, calibration: s
     if data.get("calibration") != calibration:
         raise ValueError(f"calibration {data.get('calibration')!r}, not {calibration!r}")
     fields = {"version", "setting", "calibration", "verify_ms", "step_ms", "loop_ms",
-              "loop_ms_per_token", "loop_by_top_k", "rows", "draft_ms", "tau",
+              "loop_ms_per_token", "loop_by_top_k", "cycle_ms", "rows", "draft_ms", "tau",
               "calibration_records", "cycles"}  # fmt: skip
     if set(data) != fields:
         raise ValueError(f"keys {sorted(data)}, expected {sorted(fields)}")
@@ -1154,6 +1182,9 @@ def _measured_from_json(data: dict, setting: str, expected: dict, calibration: s
         "loop_ms": _ms(data["loop_ms"], "loop_ms", least=0.0),
         "loop_ms_per_token": _ms(data["loop_ms_per_token"], "loop_ms_per_token", least=0.0),
         "loop_by_top_k": _loops_from_json(data["loop_by_top_k"]),
+        "cycle_ms": {
+            ints(key): _ms(v, f"cycle_ms[{key}]") for key, v in dict(data["cycle_ms"]).items()
+        },
         "rows": _rows_from_json(data["rows"]),
         "draft_ms": {
             ints(key): _ms(v, f"draft_ms[{key}]", least=0.0) for key, v in data["draft_ms"].items()

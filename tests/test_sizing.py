@@ -76,7 +76,9 @@ TAU = {
 
 
 def _speed(verify, loop, draft, k, d, n, t, step=STEP, per_token=0.0, rows=None,
-           by_k=None) -> float:  # fmt: skip
+           by_k=None, whole=None) -> float:  # fmt: skip
+    if (k, n) in (whole or {}):  # a cycle timed whole
+        return t * step / whole[k, n]
     loop, per_token = (by_k or {}).get(k, (loop, per_token))  # a top_k's own loop, if given
     read = 0.0
     if rows is not None:  # a chain's N rows in one product, a tree's a product per kept token
@@ -265,6 +267,18 @@ def test_choose_charges_each_top_k_its_own_loop():
     fixed_k2 = choose(VERIFY, LOOP, DRAFT, TAU, step_ms=STEP, loop_ms_per_token=ROW,
                       loop_by_top_k=by_k, top_k=2)  # fmt: skip
     assert fixed_k2[:3] == (2, 2, 4) and math.isclose(fixed_k2[-1], 3.0 * 1.2 / 3.3)
+
+
+def test_choose_takes_a_cycle_timed_whole_over_its_parts():
+    """A chain of one timed whole (cycle_ms[1, 2]) is charged that, not verify + loop + draft:
+    at 1.2 ms, (1, 1, 2) runs 1.6 * 1.2 / 1.2 = 1.6 and beats the tree (2, 2, 4), 1.333; from
+    its parts (1.2 + 0.5 + 0.3) it would be 0.96. Other sizes keep the model."""
+    whole = {(1, 2): 1.2}
+    k, d, n, t, speed = choose(VERIFY, LOOP, DRAFT, TAU, step_ms=STEP, cycle_ms=whole)
+    assert (k, n) == (1, 2) and math.isclose(speed, 1.6)
+    k, d, n, t, speed = choose(VERIFY, LOOP, DRAFT, TAU, step_ms=STEP, cycle_ms=whole, top_k=2)
+    assert (k, d, n) == (2, 2, 4) and math.isclose(speed, 3.0 * 1.2 / 2.7)
+    assert choose(VERIFY, LOOP, DRAFT, TAU, step_ms=STEP)[:3] == (2, 2, 4)  # from the parts
 
 
 def test_fit_rows_recovers_a_planted_product_and_row_cost():
@@ -749,7 +763,7 @@ def test_an_eagle1_chain_is_timed_on_its_own_drafter():
     m = sizing.measure_sizing(TARGET, CONFIG, HEAD, HEAD_CFG, None, MEASURE_PROMPTS,
                               SamplingParams(), candidate_top_k=(1,), max_depth=MEASURE_DEPTH,
                               sizes=MEASURE_SIZES, new_tokens=8, chain_drafter=chain)  # fmt: skip
-    assert set(made) == {2, MEASURE_DEPTH + 1}
+    assert set(made) == {1, 2, MEASURE_DEPTH + 1}  # the chain of one also timed whole
     _check_measured(m, (1,), MEASURE_DEPTH, MEASURE_SIZES)
     with pytest.raises(InvalidInputError, match="candidate_top_k=.1, 2.; pass candidate_top_k"):
         sizing.measure_sizing(TARGET, CONFIG, HEAD, HEAD_CFG, None, MEASURE_PROMPTS,
@@ -765,6 +779,8 @@ def _check_measured(m, ks, max_depth, sizes) -> None:
     for k in ks:  # depth 0 (the root's children alone) costs at most depth 1
         assert m["draft_ms"][k, 0] <= m["draft_ms"][k, 1]
     assert set(m["loop_by_top_k"]) == set(ks)  # each top_k's own loop fit
+    if 1 in ks and 2 in sizes:  # the chain of one, timed whole
+        assert set(m["cycle_ms"]) == {(1, 2)} and m["cycle_ms"][1, 2] > 0
     assert all(fixed >= 0 and per >= 0 for fixed, per in m["loop_by_top_k"].values())
     want = {  # every tree of N nodes the pool of k + d k^2 candidates can fill
         (k, d, n)
@@ -841,7 +857,8 @@ def _check_sizing(s: Sizing, m, **fixed) -> None:
         assert math.isclose(
             s.expected_speedup,
             _speed(m["verify_ms"], m["loop_ms"], m["draft_ms"], *tree, s.expected_tau,
-                   m["step_ms"], m["loop_ms_per_token"], m.get("rows"), m.get("loop_by_top_k")),
+                   m["step_ms"], m["loop_ms_per_token"], m.get("rows"), m.get("loop_by_top_k"),
+                   m.get("cycle_ms")),
         )
     else:
         assert (s.expected_tau, s.expected_speedup) == (1.0, 1.0)
@@ -872,6 +889,8 @@ def test_sizing_from_picks_a_measured_candidate(measured):
         "step_ms": 1.0,
         "loop_ms": 0.0,
         "loop_ms_per_token": 0.0,
+        "loop_by_top_k": {},
+        "cycle_ms": {},
     }
     s = sizing_from(cheap, "T=0")
     _check_sizing(s, cheap)
@@ -920,6 +939,7 @@ def _fake_measurements(calls, sampled_gain=1.0):
             "loop_ms": 0.25,
             "loop_ms_per_token": 0.01,
             "loop_by_top_k": {k: (0.25, 0.01) for k in candidate_top_k},
+            "cycle_ms": {(1, 2): 1.3} if 1 in candidate_top_k else {},
             "rows": sizing.RowCosts(0.05, 0.01, {k: 0.06 for k in candidate_top_k if k != 1}),
             "draft_ms": {
                 (k, d): 0.05 * k * max(d, 0.5) for k in candidate_top_k for d in (0, *depths)
