@@ -607,6 +607,32 @@ class RowCosts:
         return self.per_token_ms.get(top_k, self.product_ms + self.row_ms) * tau
 
 
+def predicted_cycle_ms(verify_ms: dict, loop_ms: float, draft_ms: dict, k: int, d: int, n: int,
+                       tau: float, *, loop_ms_per_token: float = 0.0,
+                       rows: RowCosts | None = None, loop_by_top_k: dict | None = None,
+                       cycle_ms: dict | None = None) -> float:  # fmt: skip
+    """The model's ms for one cycle of the tree (k, d, N) that emits tau tokens (`choose`'s
+    arguments): the cycle timed whole where it was (cycle_ms[k, N]), else verify(N) + the
+    loop (its top_k's own fit where given) + the LM-head rows + the drafting of the
+    min(d, N - 2) levels the drafter runs."""
+    if (k, n) in (cycle_ms or {}):
+        return cycle_ms[k, n]
+    read = 0.0 if rows is None else rows.cycle_ms(k, n, tau)
+    drafting = draft_ms.get((k, min(d, n - 2)), draft_ms[k, d])  # the levels it runs
+    fixed_ms, per_token_ms = (loop_by_top_k or {}).get(k, (loop_ms, loop_ms_per_token))
+    return verify_ms[n] + fixed_ms + per_token_ms * tau + read + drafting
+
+
+def measured_cycle_ms(measured: dict, k: int, d: int, n: int) -> float:
+    """`predicted_cycle_ms` of (k, d, N) from `measure_sizing`'s measurements, with its τ̂."""
+    return predicted_cycle_ms(
+        measured["verify_ms"], measured["loop_ms"], measured["draft_ms"], k, d, n,
+        measured["tau"][k, d, n], loop_ms_per_token=measured["loop_ms_per_token"],
+        rows=measured.get("rows"), loop_by_top_k=measured.get("loop_by_top_k"),
+        cycle_ms=measured.get("cycle_ms"),
+    )  # fmt: skip
+
+
 def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *, step_ms: float,
            loop_ms_per_token: float = 0.0, rows: RowCosts | None = None,
            loop_by_top_k: dict | None = None, cycle_ms: dict | None = None, top_k=None,
@@ -632,11 +658,11 @@ def choose(verify_ms: dict, loop_ms: float, draft_ms: dict, tau: dict, *, step_m
         if any(want is not None and want != got
                for want, got in ((top_k, k), (depth, d), (total_tokens, n))):  # fmt: skip
             continue
-        read = 0.0 if rows is None else rows.cycle_ms(k, n, t)
-        drafting = draft_ms.get((k, min(d, n - 2)), draft_ms[k, d])  # the levels it runs
-        fixed_ms, per_token_ms = (loop_by_top_k or {}).get(k, (loop_ms, loop_ms_per_token))
-        cycle = verify_ms[n] + fixed_ms + per_token_ms * t + read + drafting
-        speed = t * step_ms / (cycle_ms or {}).get((k, n), cycle)
+        cycle = predicted_cycle_ms(
+            verify_ms, loop_ms, draft_ms, k, d, n, t, loop_ms_per_token=loop_ms_per_token,
+            rows=rows, loop_by_top_k=loop_by_top_k, cycle_ms=cycle_ms,
+        )  # fmt: skip
+        speed = t * step_ms / cycle
         if best is None or speed > best[-1] + 1e-12:
             best = (k, d, n, t, speed)
     if best is None:

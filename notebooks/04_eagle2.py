@@ -638,15 +638,19 @@ print(f"{len(kept)} prompts, {sum(len(r.tokens) for r in vanilla)} tokens, the s
 #
 # A cycle drafts with top_k k and depth d, verifies N tree tokens in one target forward and
 # emits τ̂ tokens on average; against vanilla decoding (one `step` a token, timed),
-# `speedup(k, d, N) = τ̂ · step / (verify(N) + loop + row · τ̂ + draft(k, d))` (`minieagle.sizing`).
-# verify(N) is the measured cost curve (scaled to the forwards the loop ran), loop + row · τ̂ the
-# speculative loop's own work per cycle (timed in the same runs, fitted as a fixed part and a
-# part per token kept: the verdict reads one LM-head row for each), draft(k, d) the measured
-# drafting time; τ̂ is 1 + the expected accepted drafts of the tree EAGLE-2 would
-# build, each node counted with the calibrated chance (as in section 5, measured on training
-# prompts) that its whole path is accepted. More nodes raise τ̂ with diminishing returns. On a CPU
-# a forward over N rows costs more as N grows, so the best N is small; where the cost curve is
-# flat, as on a GPU (panel a below), extra nodes are nearly free and the best N can be large.
+# `speedup(k, d, N) = τ̂ · step / cycle(k, d, N)` (`minieagle.sizing`), where a cycle costs
+# `verify(N) + loop + row · τ̂ + rows(k, N, τ̂) + draft(k, min(d, N − 2))`: verify(N) is the
+# measured cost curve (scaled to the forwards the loop ran), loop + row · τ̂ the speculative
+# loop's own work per cycle (timed in the same runs, each top-k's fitted as a fixed part and a
+# part per token kept), rows the LM-head rows the verdict reads (a chain's in one product, a
+# tree's one a kept token), draft the measured drafting time of the levels the drafter runs; the
+# chain of one draft, the tree that pays on a CPU, is also timed whole, and that cycle replaces
+# the sum (`sizing.measured_cycle_ms` computes either). τ̂ is 1 + the expected accepted drafts
+# of the tree EAGLE-2 would build, each node counted with the calibrated chance (as in section
+# 5, measured on training prompts) that its whole path is accepted. More nodes raise τ̂ with
+# diminishing returns. On a CPU a forward over N rows costs more as N grows, so the best N is
+# small; where the cost curve is flat, as on a GPU (panel a below), extra nodes are nearly free
+# and the best N can be large.
 
 # %%
 params32, _, _ = load_checkpoint(target_dir, with_tokenizer=False)  # float32: decoding's dtype
@@ -673,8 +677,7 @@ print(f"one vanilla step: {step:.2f} ms; verify(1) {verify_ms[1]:.2f} ms, the lo
 
 
 def predicted(k, d, n):  # the model's speedup over vanilla of one measured configuration
-    t = tau_hat[k, d, n]
-    return t * step / (verify_ms[n] + loop_ms + row_ms * t + draft_ms[k, d])
+    return tau_hat[k, d, n] * step / sizing.measured_cycle_ms(measured, k, d, n)
 
 
 ranking = sorted(tau_hat, key=lambda kdn: -predicted(*kdn))  # stable: ties as `choose` breaks them
@@ -685,7 +688,7 @@ else:  # no tree pays on this machine now (vanilla decoding is the best-predicte
 print(" k  d   N  tau_hat  verify(N)   draft(k,d)  predicted speedup")
 for k, d, n in ranking[:6]:
     print(f"{k:2} {d:2} {n:3}  {tau_hat[k, d, n]:7.2f}  {verify_ms[n]:6.2f} ms  "
-          f"{draft_ms[k, d]:6.2f} ms  {predicted(k, d, n):6.2f}x")  # fmt: skip
+          f"{draft_ms[k, min(d, n - 2)]:6.2f} ms  {predicted(k, d, n):6.2f}x")  # fmt: skip
 
 # %% [markdown]
 # The first line is the choice: the (top_k, depth, total_tokens) of the highest predicted speedup

@@ -860,6 +860,8 @@ def _check_sizing(s: Sizing, m, **fixed) -> None:
                    m["step_ms"], m["loop_ms_per_token"], m.get("rows"), m.get("loop_by_top_k"),
                    m.get("cycle_ms")),
         )
+        whole = m["step_ms"] * s.expected_tau / sizing.measured_cycle_ms(m, *tree)
+        assert math.isclose(s.expected_speedup, whole)  # the notebook's formula, the same
     else:
         assert (s.expected_tau, s.expected_speedup) == (1.0, 1.0)
     if s.chain:
