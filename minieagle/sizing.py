@@ -26,9 +26,9 @@ A speculative cycle drafts a tree, verifies it in one target forward and emits, 
   product at its first read (`inference.LazyLogits`), which costs a + b · N, fitted on every
   product timed in the calibration runs; a tree's are read along its accepted path, a
   product each, so they cost their measured ms per kept token (per top_k) times τ̂;
-- the chain of one draft (top_k 1, N = 2), the tree that pays where a forward's cost grows
-  with N, is also timed whole in a short decoding of its own, and that median cycle replaces
-  the sum of the parts above for it (`cycle_ms`);
+- the chains of 1-4 drafts (`WHOLE_CHAINS`), the trees that pay where a forward's cost grows
+  with N, are also timed whole, each in a short decoding of its own, and that median cycle
+  replaces the sum of the parts above for them (`cycle_ms`);
 - draft(k, d): drafting with top_k = k and depth = d (the catch-up forward, d expansion
   levels of k nodes each, tree building), timed at depth 1 and at the deepest depth, straight
   in between, and one level less at depth 0; a tree of N nodes is charged the levels its
@@ -85,9 +85,10 @@ from minieagle.errors import InvalidInputError
 from minieagle.sampling import SamplingParams, setting_name
 from minieagle.tree import children, depths
 
-SIZING_VERSION = 19  # bump when the code's costs change: cached sizes are then measured again
+SIZING_VERSION = 20  # bump when the code's costs change: cached sizes are then measured again
 CANDIDATE_TOP_K = (1, 2, 4, 8)
 MAX_DEPTH = 7  # expansion steps of the calibration runs: trees up to 8 drafts deep
+WHOLE_CHAINS = (1, 2, 3, 4)  # chains of these many drafts are also timed whole (`cycle_ms`)
 TOTAL_TOKENS = (2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 26, 32, 40, 48, 64)
 VERIFY_SIZES = (1, 2, 4, 8, 16, 32, 64)  # verify(N) measured here, interpolated in between
 CALIBRATION_NODES = 26  # the calibration runs' trees (a chain: depth + 1 nodes)
@@ -766,17 +767,20 @@ def measure_sizing(
             vanilla += chain_vanilla
             products += chain_products
     cycle_ms = {}
-    if 1 in candidate_top_k and 2 in sizes:
-        # The chain of one draft, the tree that pays where a forward's cost grows with N (a
-        # CPU), timed whole: its short cycles are where the model's parts, timed in the deep
+    for drafts in WHOLE_CHAINS if 1 in candidate_top_k else ():
+        # The short chains, the trees that pay where a forward's cost grows with N (a CPU),
+        # timed whole: their short cycles are where the model's parts, timed in the deep
         # calibration trees, err most (docs/speed.md)
-        make = (lambda: chain_drafter(1)) if chain_drafter is not None else tree_drafter(
-            target, config, head, head_cfg, vocab, 1, 1, sampled_tree, calibration,
-            total_tokens=2)  # fmt: skip
-        walls = _timed_cycles(target, config, prompts, sampling, make, cycles=16, prompts_used=4,
+        n = drafts + 1
+        if n not in sizes or drafts > max_depth + 1:
+            continue
+        make = (lambda d=drafts: chain_drafter(d)) if chain_drafter is not None else tree_drafter(
+            target, config, head, head_cfg, vocab, 1, max(1, n - 2), sampled_tree, calibration,
+            total_tokens=n)  # fmt: skip
+        walls = _timed_cycles(target, config, prompts, sampling, make, cycles=12, prompts_used=3,
                               with_vanilla=False)[5]  # fmt: skip
         if walls:
-            cycle_ms[1, 2] = statistics.median(walls)
+            cycle_ms[1, n] = statistics.median(walls)
     loop_ms, row_ms = fit_loop(timed)
     loop_by_top_k = {k: fit_loop(run.loops) for k, run in runs.items() if run.loops}
     if chain_drafter is not None and timed:  # the chain's own cycles

@@ -763,7 +763,7 @@ def test_an_eagle1_chain_is_timed_on_its_own_drafter():
     m = sizing.measure_sizing(TARGET, CONFIG, HEAD, HEAD_CFG, None, MEASURE_PROMPTS,
                               SamplingParams(), candidate_top_k=(1,), max_depth=MEASURE_DEPTH,
                               sizes=MEASURE_SIZES, new_tokens=8, chain_drafter=chain)  # fmt: skip
-    assert set(made) == {1, 2, MEASURE_DEPTH + 1}  # the chain of one also timed whole
+    assert set(made) == {1, 2, 3, MEASURE_DEPTH + 1}  # chains of 1, 2, 3 also timed whole
     _check_measured(m, (1,), MEASURE_DEPTH, MEASURE_SIZES)
     with pytest.raises(InvalidInputError, match="candidate_top_k=.1, 2.; pass candidate_top_k"):
         sizing.measure_sizing(TARGET, CONFIG, HEAD, HEAD_CFG, None, MEASURE_PROMPTS,
@@ -779,8 +779,9 @@ def _check_measured(m, ks, max_depth, sizes) -> None:
     for k in ks:  # depth 0 (the root's children alone) costs at most depth 1
         assert m["draft_ms"][k, 0] <= m["draft_ms"][k, 1]
     assert set(m["loop_by_top_k"]) == set(ks)  # each top_k's own loop fit
-    if 1 in ks and 2 in sizes:  # the chain of one, timed whole
-        assert set(m["cycle_ms"]) == {(1, 2)} and m["cycle_ms"][1, 2] > 0
+    if 1 in ks:  # the short chains, timed whole
+        whole = {(1, d + 1) for d in sizing.WHOLE_CHAINS if d + 1 in sizes and d <= max_depth + 1}
+        assert set(m["cycle_ms"]) == whole and all(ms > 0 for ms in m["cycle_ms"].values())
     assert all(fixed >= 0 and per >= 0 for fixed, per in m["loop_by_top_k"].values())
     want = {  # every tree of N nodes the pool of k + d k^2 candidates can fill
         (k, d, n)
