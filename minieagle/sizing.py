@@ -846,10 +846,10 @@ def sizing_from(measured: dict, setting: str, **fixed) -> Sizing:
     k, d, n, t, speed = choose(verify_ms, loop_ms, measured["draft_ms"], measured["tau"],
                                step_ms=step_ms, loop_ms_per_token=row_ms, rows=rows,
                                loop_by_top_k=by_k, cycle_ms=whole, **fixed)  # fmt: skip
-    chain_tau = {
-        key: v for key, v in measured["tau"].items() if key[0] == 1 and key[2] == key[1] + 2
-    }
-    ck, cd, _, ct, cs = choose(verify_ms, loop_ms, measured["draft_ms"], chain_tau,
+    # EAGLE-1's chain of D drafts is the top_k = 1 tree of N = D + 1 nodes (at any depth, for
+    # k = 1 its pool is one chain, whose N - 1 best are its first N - 1: the chain of one too)
+    chain_tau = {key: v for key, v in measured["tau"].items() if key[0] == 1}
+    ck, _, cn, ct, cs = choose(verify_ms, loop_ms, measured["draft_ms"], chain_tau,
                                step_ms=step_ms, loop_ms_per_token=row_ms, rows=rows,
                                loop_by_top_k=by_k, cycle_ms=whole)  # fmt: skip
     costs = {
@@ -859,10 +859,10 @@ def sizing_from(measured: dict, setting: str, **fixed) -> Sizing:
         "loop_ms_per_token": row_ms,
         "loop_by_top_k": {str(k): list(v) for k, v in (by_k or {}).items()},
         "cycle_ms": {f"{k},{n}": v for (k, n), v in (whole or {}).items()},
-        "rows": _rows_to_json(rows),
+        "rows": _rows_to_json(rows or RowCosts()),
         "draft_ms": {f"{k},{d}": v for (k, d), v in measured["draft_ms"].items()},
     }
-    chain = cd + 1 if ck else 0  # 0: no chain pays, draft nothing
+    chain = cn - 1 if ck else 0  # 0: no chain pays, draft nothing
     return Sizing(d, k, n, chain, t, speed, ct, cs, setting, costs)
 
 

@@ -281,6 +281,19 @@ def test_choose_takes_a_cycle_timed_whole_over_its_parts():
     assert choose(VERIFY, LOOP, DRAFT, TAU, step_ms=STEP)[:3] == (2, 2, 4)  # from the parts
 
 
+def test_the_eagle1_chain_can_be_a_chain_of_one():
+    """EAGLE-1's chain of D drafts is the top_k = 1 tree of D + 1 nodes at any depth: where the
+    chain of one pays best, `--tree auto` gets chain:1 (the chain candidates once required
+    N = depth + 2, which left the chain of one out: chain 0, no chain, though it paid)."""
+    m = {"verify_ms": {1: 1.0, 2: 1.2, 3: 2.0}, "step_ms": 1.1, "loop_ms": 0.1,
+         "loop_ms_per_token": 0.0, "draft_ms": {(1, 0): 0.05, (1, 1): 0.1},
+         "tau": {(1, 1, 2): 1.5, (1, 1, 3): 1.6}}  # fmt: skip
+    s = sizing_from(m, "T=0")
+    assert (s.top_k, s.total_tokens, s.chain) == (1, 2, 1), s.describe()
+    assert s.chain_tau == 1.5 and math.isclose(s.chain_speedup, 1.5 * 1.1 / (1.2 + 0.1 + 0.05))
+    assert "EAGLE-1 chain:1" in s.describe()
+
+
 def test_fit_rows_recovers_a_planted_product_and_row_cost():
     """fit_rows on (rows, ms) products made as 4.0 + 0.3 R ms with noise gives about
     (4.0, 0.3); one row count gives its median as the fixed part; a negative slope is
@@ -866,8 +879,8 @@ def _check_sizing(s: Sizing, m, **fixed) -> None:
     else:
         assert (s.expected_tau, s.expected_speedup) == (1.0, 1.0)
     if s.chain:
-        assert (1, s.chain - 1, s.chain + 1) in m["tau"]
-        assert s.chain_tau == m["tau"][1, s.chain - 1, s.chain + 1]
+        chains = {t for (k, _, n), t in m["tau"].items() if k == 1 and n == s.chain + 1}
+        assert chains and s.chain_tau in chains  # the chain of s.chain drafts, at any depth
         assert s.chain_speedup >= 1
     else:
         assert (s.chain_tau, s.chain_speedup) == (1.0, 1.0)
