@@ -243,16 +243,23 @@ class _Stopwatch:
         self.tree_sizes.append(len(tree))
         return tree
 
+    def _cycles(self) -> list[tuple[float, float, float]]:
+        """(wall, forward, rows) ms of every cycle but the last (it has no end): from one
+        propose's start to the next, and what the timed target spent between them in its
+        forwards and in LM-head rows."""
+        return [
+            (1e3 * (after - start), forwarded_after - forwarded, rows_after - rows)
+            for (start, forwarded, rows), (after, forwarded_after, rows_after)
+            in zip(self.propose_starts, self.propose_starts[1:], strict=False)
+        ]  # fmt: skip
+
     def forwards(self) -> list[tuple[float, int]]:
         """(ms, nodes) of the target's forward in every cycle but the last, with its tree's
         size. Empty without a timed target."""
         if self.timed_target is None:
             return []
-        return [
-            (after - forwarded, n)
-            for (_, forwarded, _), (_, after, _), n
-            in zip(self.propose_starts, self.propose_starts[1:], self.tree_sizes, strict=False)
-        ]  # fmt: skip
+        cycles = zip(self._cycles(), self.tree_sizes, strict=False)
+        return [(forward, n) for (_, forward, _), n in cycles]
 
     def loops(self) -> list[tuple[float, int]]:
         """(ms, tokens kept) of the loop's own work in every cycle but the last (the verdict,
@@ -261,30 +268,20 @@ class _Stopwatch:
         path's length (root included). Empty without a timed target."""
         if self.timed_target is None:
             return []
-        return [
-            (1e3 * (after - start) - ms - (forwarded_after - forwarded) - (rows_after - rows),
-             kept)
-            for (start, forwarded, rows), (after, forwarded_after, rows_after), ms, kept
-            in zip(self.propose_starts, self.propose_starts[1:], self.propose_ms, self.kept,
-                   strict=False)
-        ]  # fmt: skip  (the starts shifted by one end a cycle early: the last has no end)
+        cycles = zip(self._cycles(), self.propose_ms, self.kept, strict=False)
+        return [(wall - ms - forward - rows, kept) for (wall, forward, rows), ms, kept in cycles]
 
     def walls(self) -> list[float]:
         """The wall ms of every cycle but the last, from one propose to the next: all of it,
         drafting, forward, rows and loop."""
-        return [1e3 * (after - start) for (start, _, _), (after, _, _)
-                in zip(self.propose_starts, self.propose_starts[1:], strict=False)]  # fmt: skip
+        return [wall for wall, _, _ in self._cycles()]
 
     def rows(self) -> list[tuple[float, int]]:
         """(ms, tokens kept) of the LM-head rows the verdict read in every cycle but the last.
         Empty without a timed target."""
         if self.timed_target is None:
             return []
-        return [
-            (rows_after - rows, kept)
-            for (_, _, rows), (_, _, rows_after), kept
-            in zip(self.propose_starts, self.propose_starts[1:], self.kept, strict=False)
-        ]  # fmt: skip
+        return [(rows, kept) for (_, _, rows), kept in zip(self._cycles(), self.kept, strict=False)]
 
     def accept(self, tokens, features, next_token) -> None:
         self.kept.append(len(tokens))
@@ -602,7 +599,7 @@ class RowCosts:
     row_ms: float = 0.0
     per_token_ms: dict = field(default_factory=dict)
 
-    def cycle_ms(self, top_k: int, total_tokens: int, tau: float) -> float:
+    def per_cycle(self, top_k: int, total_tokens: int, tau: float) -> float:
         if top_k == 1:
             return self.product_ms + self.row_ms * total_tokens
         return self.per_token_ms.get(top_k, self.product_ms + self.row_ms) * tau
@@ -618,7 +615,7 @@ def predicted_cycle_ms(verify_ms: dict, loop_ms: float, draft_ms: dict, k: int, 
     min(d, N - 2) levels the drafter runs."""
     if (k, n) in (cycle_ms or {}):
         return cycle_ms[k, n]
-    read = 0.0 if rows is None else rows.cycle_ms(k, n, tau)
+    read = 0.0 if rows is None else rows.per_cycle(k, n, tau)
     drafting = draft_ms.get((k, min(d, n - 2)), draft_ms[k, d])  # the levels it runs
     fixed_ms, per_token_ms = (loop_by_top_k or {}).get(k, (loop_ms, loop_ms_per_token))
     return verify_ms[n] + fixed_ms + per_token_ms * tau + read + drafting
@@ -753,15 +750,16 @@ def measure_sizing(
         k: sum(ms for ms, _ in run.rows) / sum(kept for _, kept in run.rows)
         for k, run in runs.items() if k != 1 and run.rows
     }  # fmt: skip
-    draft_ms, tau, chain_ms = {}, {}, {}
+    draft_ms, tau, chain_ms, chain_walls = {}, {}, {}, {}
     if chain_drafter is not None:  # the chain's own drafter, at its shortest and longest
         timed = []  # its loop too: EAGLE-1's accept does less than the dynamic tree's
         for drafts in (2, max_depth + 1):
-            proposes, loops, chain_forwards, chain_vanilla, chain_products, _ = _timed_cycles(
-                target, config, prompts, sampling, lambda drafts=drafts: chain_drafter(drafts),
-                cycles=16, prompts_used=4, with_vanilla=step_ms is None,
+            proposes, loops, chain_forwards, chain_vanilla, chain_products, walls = (
+                _timed_cycles(target, config, prompts, sampling,
+                              lambda drafts=drafts: chain_drafter(drafts), cycles=16,
+                              prompts_used=4, with_vanilla=step_ms is None)
             )  # fmt: skip
-            chain_ms[drafts] = statistics.median(proposes)
+            chain_ms[drafts], chain_walls[drafts] = statistics.median(proposes), walls
             timed += loops
             forwards += chain_forwards
             vanilla += chain_vanilla
@@ -777,8 +775,9 @@ def measure_sizing(
         make = (lambda d=drafts: chain_drafter(d)) if chain_drafter is not None else tree_drafter(
             target, config, head, head_cfg, vocab, 1, max(1, n - 2), sampled_tree, calibration,
             total_tokens=n)  # fmt: skip
-        walls = _timed_cycles(target, config, prompts, sampling, make, cycles=12, prompts_used=3,
-                              with_vanilla=False)[5]  # fmt: skip
+        walls = chain_walls.get(drafts) or _timed_cycles(  # timed above already, or now
+            target, config, prompts, sampling, make, cycles=12, prompts_used=3,
+            with_vanilla=False)[5]  # fmt: skip
         if walls:
             cycle_ms[1, n] = statistics.median(walls)
     loop_ms, row_ms = fit_loop(timed)

@@ -229,7 +229,7 @@ def test_choose_counts_a_chains_rows_as_one_product_and_a_trees_per_token():
         _check_choose(choose, VERIFY, LOOP, DRAFT, TAU, rows=ROWS, **fixed)
     with pytest.raises(AssertionError):
         _check_choose(_choose_rows_per_token_for_chains, VERIFY, LOOP, DRAFT, TAU, rows=ROWS)
-    assert ROWS.cycle_ms(4, 8, 2.0) == pytest.approx(0.64)  # no top_k 4 measured: one row each
+    assert ROWS.per_cycle(4, 8, 2.0) == pytest.approx(0.64)  # no top_k 4 measured: one row each
 
 
 def _choose_draft_at_depth(verify_ms, loop_ms, draft_ms, tau, *, step_ms, **fixed):
