@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -27,3 +28,29 @@ def cache_root() -> Path:
             f"{CACHE_ENV}=/tmp/minieagle-cache"
         )
     return Path.home() / ".cache" / "minieagle"
+
+
+@contextlib.contextmanager
+def locked(path: Path):
+    """Hold an exclusive lock on the file `path` (created, with its folder, when absent) for the
+    `with` block, so that two processes filling the same cache entry (two `minieagle` commands,
+    two test workers) take turns: the second waits, then finds the entry made. The lock is the
+    operating system's (`fcntl.flock`), released when the block ends or the process dies. Where
+    there is no `fcntl` (Windows) the block runs unlocked, as before."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a")  # noqa: SIM115 - closed below
+    except OSError:  # a read-only cache: what writes to it next reports the error itself
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

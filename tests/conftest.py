@@ -9,6 +9,33 @@ import os
 # NumPy is first imported.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+
+
+def _isolated_cache() -> None:
+    """With MINIEAGLE_CACHE unset (a developer's run; CI sets its own empty one), the tests get a
+    cache of their own for the session, so that what they measure or write there (tree sizes of
+    tiny test models above all) never lands in the developer's real cache, where `minieagle
+    generate` would read it. Its downloads/, gguf/ and models/ are the real cache's (linked), so
+    SmolLM2 is fetched and imported once per machine, not once per run. Test worker processes
+    inherit the variable and share the folder."""
+    import atexit
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    if os.environ.get("MINIEAGLE_CACHE", "").strip() or not os.environ.get("HOME", "").strip():
+        return
+    real = Path.home() / ".cache" / "minieagle"
+    session = Path(tempfile.mkdtemp(prefix="minieagle-test-cache-"))
+    for shared in ("downloads", "gguf", "models"):
+        (real / shared).mkdir(parents=True, exist_ok=True)
+        (session / shared).symlink_to(real / shared, target_is_directory=True)
+    os.environ["MINIEAGLE_CACHE"] = str(session)
+    atexit.register(shutil.rmtree, session, ignore_errors=True)
+
+
+_isolated_cache()
+
 import pytest  # noqa: E402
 from hypothesis import settings  # noqa: E402
 

@@ -47,3 +47,16 @@ def test_the_readme_says_how_ci_runs_the_tests():
     readme = " ".join((REPO / "README.md").read_text().split())
     assert "`.ci/run` runs exactly the second command" in readme
     assert "as a newcomer runs it: with `MINIEAGLE_CACHE` pointed at a new, empty folder" in readme
+
+
+def test_ci_runs_pytest_with_the_readmes_options():
+    """The README's test command and `.ci/run` pass pytest the same options (`.ci/run` adds only
+    -q), so that CI times and runs what a newcomer runs."""
+    import re
+
+    readme = (REPO / "README.md").read_text()
+    command = re.search(r'pip install -e "\.\[dev\]" && python -m pytest(.*)\n', readme)
+    assert command, "the README's test command is not where this test looks for it"
+    ci = re.search(r"^python -m pytest(.*?)(#|$)", (REPO / ".ci" / "run").read_text(), re.M)
+    assert ci, ".ci/run runs no `python -m pytest`"
+    assert ci.group(1).split() == [*command.group(1).split(), "-q"]

