@@ -1,17 +1,15 @@
 """The cost of verifying N tokens on the fast path, with `inference.linear` as it is and as it
-was before (a large weight's blocks met 2-8 rows one matrix-vector product per block and row,
-and 9-15 rows padded to a multiple of 4 through the general product), on the same
-`inference.layout`, alternated in one process.
+was before (a large weight's blocks met 2-64 rows all as block @ x.T, where now 2-6 rows meet
+them as x @ block.T), on the same `inference.layout`, alternated in one process.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/small_products.py \\
-        --out docs/results/small-products-stacked-smollm2.json
+        --out docs/results/small-products-against-blocks-smollm2.json
 
-A chain of N tokens after a cached chat prompt, through the prepared target with lazy logits,
-one LM-head row read (a verdict that rejects the first draft) or every row (one that accepts
-the whole chain: before, a product per row; now `LazyLogits` given the chain's parents
-computes them in one product); each N's median over the repeats, relative to N = 1 under the
-same rules. --model DIR measures another
-checkpoint (default: SmolLM2 from the cache). The rounds before (docs/speed.md, "Small
+A chain of N tokens after a cached chat prompt, through the prepared target with lazy logits
+given the chain's parents, one LM-head row read (a verdict that rejects the first draft) or
+every row (one that accepts the whole chain, whose rows `LazyLogits` computes in one product);
+each N's median over the repeats, relative to N = 1 under the same rule. --model DIR measures
+another checkpoint (default: SmolLM2 from the cache). The rounds before (docs/speed.md, "Small
 products") were measured by this script at the commits that made them.
 """
 
@@ -40,16 +38,11 @@ PROMPT = "Explain what this Python code does, then continue it:\n\ndef read_conf
 def before_linear(x, weight):
     """`inference.linear` before this round, on the same layout."""
     rows = x.shape[0]
-    if weight.ndim == 2 or rows == 1:
+    if weight.ndim == 2 or rows == 1 or rows > inference.ROWS_BY_BLOCKS:
         return LINEAR(x, weight)
     nb, c, d_in = weight.shape
-    if rows <= 8:
-        y = weight[:, None] @ x[None, :, :, None]  # [nb, 1, c, in] @ [1, R, in, 1]
-        return np.transpose(y.reshape(nb, rows, c), (1, 0, 2)).reshape(rows, nb * c)
-    if rows < 16 and rows % 4:
-        padding = np.zeros((4 - rows % 4, d_in), dtype=x.dtype)
-        return (np.concatenate([x, padding]) @ inference.dense(weight))[:rows]
-    return x @ inference.dense(weight)
+    y = weight @ np.ascontiguousarray(x.T)  # [nb, c, in] @ [in, R] -> [nb, c, R]
+    return y.reshape(nb * c, rows).T
 
 
 def main(argv=None) -> int:
@@ -65,8 +58,7 @@ def main(argv=None) -> int:
     params, config, tokenizer = load_checkpoint(args.model, dtype=np.float32)
     target = inference.prepare(params, config)
     # (rule, every row read): one LM-head row read, as a verdict that rejects the first draft;
-    # or every row, as one that accepts the whole chain (before: a product per row; after:
-    # LazyLogits given the chain computes them in one product)
+    # or every row, as one that accepts the whole chain (LazyLogits computes them in one product)
     series = {"before": (before_linear, False), "after": (LINEAR, False),
               "before, every row": (before_linear, True),
               "after, every row": (LINEAR, True)}  # fmt: skip
@@ -83,12 +75,11 @@ def main(argv=None) -> int:
                     chain = trees.Tree.chain(prompt[-1], [int(t) for t in np.resize(prompt, n - 1)])
                     positions = trees.position_ids(chain, cached)
                     mask = trees.attention_mask(chain, cached)
-                    parents = chain.parents if every_row and rule is LINEAR else None
                     start = time.perf_counter()
                     ids = np.asarray(chain.tokens)
                     logits, _ = target.forward(ids, position_ids=positions, attention_mask=mask,
                                                cache=cache, lazy_logits=True,
-                                               tree_parents=parents)  # fmt: skip
+                                               tree_parents=chain.parents)  # fmt: skip
                     for i in range(n if every_row else 1):
                         logits[i]
                     times[name, n].append(1e3 * (time.perf_counter() - start))

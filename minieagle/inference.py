@@ -68,6 +68,7 @@ SMALL_WEIGHT = 1 << 17  # entries (512 KB in float32): more is a large weight
 BLOCK = 1 << 17  # entries in one block of a large weight's rows (512 KB in float32)
 MIN_BLOCK_ROWS = 16  # a large weight whose out has no divisor from here to BLOCK / in: one block
 ROWS_BY_BLOCKS = 64  # a large weight meets at most this many rows block by block
+ROWS_AGAINST_BLOCKS = 6  # up to this many, the rows meet each block as x @ block.T
 ROWS_FOR_TRANSPOSED_PRODUCT = 8  # from here, a small weight is applied as (weight.T @ x.T).T
 
 
@@ -105,11 +106,12 @@ def linear(x, weight):
 
     - a large weight's blocks [nb, c, in] and one row: one matrix-vector product over all its
       rows, which streams the weight at memory speed;
-    - a large weight and 2 to ROWS_BY_BLOCKS rows: block by block, each block [c, in] times
-      x.T [in, R], all in one batched matmul: each block is read from memory once, and
-      OpenBLAS's general product of one block and a few columns costs little more than its
-      one-row product (over the whole weight it costs 2-3 times as much: it first copies the
-      weight into its own layout);
+    - a large weight and 2 to ROWS_BY_BLOCKS rows: block by block, all in one batched matmul,
+      so that each block is read from memory once; OpenBLAS's general product of one block
+      and a few rows costs little more than its one-row product (over the whole weight it
+      costs 2-3 times as much: it first copies the weight into its own layout). Up to
+      ROWS_AGAINST_BLOCKS rows as x [R, in] @ block.T, from there block [c, in] @ x.T [in, R]:
+      OpenBLAS runs the first faster for 2-6 rows and 2-3 times slower from 7;
     - a large weight and more rows: x @ rows.T, the general product;
     - a small weight: x @ weight, and from ROWS_FOR_TRANSPOSED_PRODUCT rows (weight.T @ x.T).T
       (views, no copy), 8-15 % faster for the tiny target's 16- to 64-token forwards.
@@ -122,6 +124,9 @@ def linear(x, weight):
     nb, c, d_in = weight.shape
     if rows == 1:
         return o.reshape(o.reshape(weight, (nb * c, d_in)) @ x[0, ...], (1, nb * c))
+    if rows <= ROWS_AGAINST_BLOCKS:
+        y = x @ o.permute_dims(weight, (0, 2, 1))  # [R, in] @ [nb, in, c] -> [nb, R, c]
+        return o.reshape(o.permute_dims(y, (1, 0, 2)), (rows, nb * c))
     if rows <= ROWS_BY_BLOCKS:
         y = weight @ contiguous(o.permute_dims(x, (1, 0)))  # [nb, c, in] @ [in, R] -> [nb, c, R]
         return o.permute_dims(o.reshape(y, (nb * c, rows)), (1, 0))

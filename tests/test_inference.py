@@ -430,7 +430,7 @@ def test_linear_is_the_product_for_every_row_count_and_weight_layout(strict):
             assert np.shares_memory(laid, hf)  # a view, not a copy
         assert _error(inference.dense(laid), hf.T) == 0.0
         threshold = inference.ROWS_BY_BLOCKS  # the blocks' last row count, then the general product
-        for rows in [*range(1, 20), threshold, threshold + 1]:
+        for rows in [*range(1, 20), threshold, threshold + 1]:  # 6 | 7: x @ block.T | block @ x.T
             x = rng.standard_normal((rows, hf.shape[1]))
             got = inference.linear(x, laid)
             if strict:
