@@ -617,3 +617,134 @@ def test_auto_sizing_refuses_a_depth_no_sized_tree_can_use(tmp_path):
     with pytest.raises(InvalidInputError, match=f"depth={deepest + 1} exceeds"):
         sizing.check_fixed_sizes(depth=deepest + 1)
     sizing.check_fixed_sizes(depth=deepest)
+
+
+# ---------------------------------------------------------------------------- expand_threshold
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.2, 0.45, 0.7, 1.0])
+@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=1.0)], ids=repr)
+def test_expand_threshold_expands_exactly_the_candidates_that_reach_it(threshold, sampling):
+    """Brute force on the last cycle of several decodings: level by level, the candidates
+    expanded are exactly the frontier's (top_k best of the level) of value exp(score) >= the
+    threshold, and the tree stops growing at the first level where none reaches it (or at the
+    depth); the children are the head's own top-k (uncached head along each path) and the tree
+    is the rerank of that pool. Threshold 0 is EAGLE-2: the same tokens and trees as without."""
+    depth, top_k, total = 3, 2, 12
+    stopped_early = cycles = cut_levels = 0
+    for n in (1, 3, 6, 9):
+        recorder = _LastCycle(_drafter(depth, top_k, total))
+        recorder.inner.expand_threshold = threshold
+        result = _run([1, 3, 4, 0], recorder, sampling, SeededRandomness(2), n=n)
+        _assert_tree_is_the_heads_expansion(recorder)
+        pool = recorder.inner.pool
+        if pool is None:
+            continue
+        cycles += 1
+        level_of = dt.pool_depths(pool.parents)
+        parents = set(pool.parents.tolist())
+        for level in range(1, depth + 2):
+            members = np.flatnonzero(level_of == level)
+            assert len(members), f"level {level} is empty"
+            level_pool = dt.Pool(pool.tokens[members], pool.parents[members],
+                                 pool.scores[members], pool.log_q[members])  # fmt: skip
+            frontier = members[dt.next_frontier(level_pool, 0, top_k)]  # as it was then
+            chosen = frontier[np.exp(pool.scores[frontier]) >= threshold].tolist()
+            expanded = sorted(set(members.tolist()) & parents)
+            if level == depth + 1:  # the deepest level is never expanded
+                assert expanded == []
+                break
+            assert expanded == sorted(chosen), (level, expanded, chosen)
+            cut_levels += len(chosen) < len(frontier)
+            if not chosen:
+                assert level_of.max() == level  # growth stopped at this level
+                stopped_early += 1
+                break
+        drafts = total - 1
+        assert np.array_equal(recorder.inner.selected, dt.rerank(pool.scores, pool.parents, drafts))
+        if threshold == 0.0:
+            plain = _drafter(depth, top_k, total)
+            plain = _run([1, 3, 4, 0], plain, sampling, SeededRandomness(2), n=n)
+            assert plain.tokens == result.tokens and plain.tree_sizes == result.tree_sizes
+    assert cycles == 4
+    assert stopped_early == {0.0: 0, 1.0: cycles}.get(threshold, stopped_early)
+    assert (cut_levels > 0) == (threshold > 0), cut_levels  # some frontier left unexpanded
+
+
+def test_the_threshold_check_catches_an_expansion_that_ignores_it():
+    """The brute force above, on a drafter that expands every frontier candidate whatever the
+    threshold (the planted bug), fails."""
+
+    class _Ignores(Eagle2Drafter):
+        def _expandable(self, pool, frontier):
+            return frontier
+
+    original = _drafter
+    try:
+        globals()["_drafter"] = lambda *a: original(*a, cls=_Ignores)
+        with pytest.raises(AssertionError):
+            test_expand_threshold_expands_exactly_the_candidates_that_reach_it(
+                0.7, SamplingParams()
+            )
+    finally:
+        globals()["_drafter"] = original
+
+
+@settings(deadline=None, max_examples=15)
+@given(st.lists(st.integers(0, V - 1), min_size=1, max_size=8), st.sampled_from([0.3, 0.6, 0.9]))
+def test_greedy_with_a_threshold_is_greedy_vanilla(prompt, threshold):
+    drafter = Eagle2Drafter(TARGET, CONFIG, HEAD, HEAD_CFG, depth=3, top_k=1, total_tokens=5,
+                            expand_threshold=threshold)  # fmt: skip
+    result = _run(prompt, drafter, n=12)
+    assert result.tokens == greedy_reference(TARGET, CONFIG, prompt, 12)
+
+
+@pytest.mark.parametrize(
+    ("sampled_tree", "sampling", "total", "n", "prompt"),
+    [(False, SamplingParams(temperature=1.0), 4, 2, [1, 4]),
+     (True, SamplingParams(temperature=1.0, top_k=2), 3, 2, [3, 1])],  # small enough to enumerate
+    ids=["top-k tree", "sampled tree"],
+)  # fmt: skip
+def test_a_threshold_keeps_the_target_law(sampled_tree, sampling, total, n, prompt):
+    """The exact law of the emitted tokens with a threshold that cuts (a sampled draw's value is
+    its rank's q, fixed before it is drawn, so the cut never depends on a drawn token)."""
+
+    def make(threshold=0.6):
+        return Eagle2Drafter(TARGET, CONFIG, HEAD, HEAD_CFG, depth=1, top_k=2, total_tokens=total,
+                             sampled_tree=sampled_tree, expand_threshold=threshold)  # fmt: skip
+
+    law, accepted = _law(prompt, make, sampling, n)
+    assert total_variation(law, _target_law(prompt, sampling, n)) <= LAW_TOLERANCE
+    assert 0 in accepted and max(accepted) >= 1
+    pools = []  # the threshold does cut this case: fewer candidates than without it
+    for drafter in (make(), make(0.0)):
+        ids = np.asarray(prompt[:-1])
+        _, hidden, _ = model.forward(TARGET, CONFIG, ids, output_hidden=("final",))
+        drafter.begin(prompt, {"final": hidden["final"]}, sampling)
+        drafter.propose(prompt[-1], SeededRandomness(0), max_nodes=40)
+        pools.append(len(drafter.pool))
+    assert pools[0] < pools[1], pools
+
+
+@pytest.mark.parametrize("bad", [-0.1, 1.5, True, "0.5", float("nan")])
+def test_a_bad_threshold_is_refused(bad):
+    with pytest.raises(InvalidInputError, match=r"expand_threshold=.* must be a number in \[0, 1"):
+        Eagle2Drafter(TARGET, CONFIG, HEAD, HEAD_CFG, expand_threshold=bad)
+
+
+def test_the_cli_passes_the_threshold_and_refuses_it_elsewhere(tmp_path, capsys):
+    from minieagle import cli
+
+    drafter = _cli_drafter(tmp_path, "--total-tokens", "5", "--expand-threshold", "0.5")
+    assert drafter.expand_threshold == 0.5
+    assert _cli_drafter(tmp_path, "--total-tokens", "5").expand_threshold == 0.0
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["generate", "x", "--expand-threshold", "2"])
+    assert "2.0 is not in [0, 1]" in capsys.readouterr().err
+    args = cli.build_parser().parse_args(
+        ["generate", "x", "--method", "eagle1", "--expand-threshold", "0.5"]
+    )
+    from minieagle.cli.flags import check_method_flags
+
+    with pytest.raises(InvalidInputError, match="--expand-threshold applies to --method eagle2"):
+        check_method_flags(args)

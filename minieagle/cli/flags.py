@@ -28,6 +28,7 @@ METHOD_FLAGS = {
     "total_tokens": ("--total-tokens", ("eagle2", "eagle3")),
     "calibration": ("--calibration", ("eagle2", "eagle3")),
     "sampled_tree": ("--sampled-tree", ("eagle2", "eagle3")),
+    "expand_threshold": ("--expand-threshold", ("eagle2", "eagle3")),
     "prompt_lookup_num_tokens": ("--prompt-lookup-num-tokens", ("pld",)),
     "max_matching_ngram_size": ("--max-matching-ngram-size", ("pld",)),
 }
@@ -98,6 +99,19 @@ def number(example: str, *, positive: bool = False):
             raise argparse.ArgumentTypeError(f"{text} is not a finite number; pass {example}")
         if positive and value <= 0:
             raise argparse.ArgumentTypeError(f"{value} is not positive; pass {example}")
+        return value
+
+    return parse
+
+
+def unit_interval(example: str):
+    """An argparse type: a number in [0, 1]."""
+    parse_number = number(example)
+
+    def parse(text: str) -> float:
+        value = parse_number(text)
+        if not 0.0 <= value <= 1.0:
+            raise argparse.ArgumentTypeError(f"{value} is not in [0, 1]; pass {example}")
         return value
 
     return parse
@@ -228,5 +242,14 @@ def generation_flags(p):
         "(lossless; recovers the acceptance a deterministic top-k tree loses at T = 1). "
         "Default: automatic sizing picks the faster tree, fixed sizes draw the sampled tree; "
         "--sampled-tree off keeps the top-k tree",
+    )
+    p.add_argument(
+        "--expand-threshold",
+        dest="expand_threshold",
+        type=unit_interval("--expand-threshold 0.5"),
+        help="eagle2/eagle3: expand a tree candidate only if its value (its path's chance of "
+        "acceptance as the scores estimate it) is at least this, so the tree stops growing "
+        "where the head is unsure (default 0: expand every candidate, as EAGLE-2). With "
+        "--tree-top-k 1, a chain that goes on while the head is sure (docs/speed.md)",
     )
     p.add_argument("--stats", action="store_true", help="print tokens and ms/token to stderr")

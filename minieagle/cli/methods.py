@@ -168,6 +168,8 @@ def drafter_factory(args, config, target, tokenizer=None):
                 str(error) if given is None else f"--calibration {given}: {error}"
             ) from None
         kwargs.update(calibration=calibration, sampled_tree=sampled_tree)
+        threshold = getattr(args, "expand_threshold", None)
+        kwargs["expand_threshold"] = 0.0 if threshold is None else threshold
     auto = method in ("eagle2", "eagle3") and args.total_tokens in (None, "auto")
     if auto or (method == "eagle1" and tree == "auto"):
         if tokenizer is None:

@@ -133,6 +133,7 @@ def build_drafter(
     sizer=None,
     prompt_lookup_num_tokens: int | None = None,
     max_matching_ngram_size: int | None = None,
+    expand_threshold: float = 0.0,
 ):
     """The drafter for a method name (None for vanilla).
 
@@ -157,7 +158,9 @@ def build_drafter(
     begins (the sizer's choice, else the sampled tree; a single map fixes it to its own
     setting), True / False force it; sizer: a callable sampling -> `minieagle.sizing.Sizing`
     that sizes the tree for this machine when a sequence begins (then None sizes are its
-    choice, given ones constrain it; `minieagle.sizing.make_sizer` builds the CLI's).
+    choice, given ones constrain it; `minieagle.sizing.make_sizer` builds the CLI's);
+    expand_threshold: the value a candidate needs to be expanded (`Eagle2Drafter`; 0, the
+    default, expands every one).
     "pld" (prompt lookup, training-free) takes prompt_lookup_num_tokens and
     max_matching_ngram_size; None means Hugging Face's defaults, 10 and 2.
     "medusa" takes target, head = (Medusa heads, MedusaConfig) and tree ("default" = our
@@ -207,7 +210,7 @@ def build_drafter(
         calibration, sampled_tree = tree_options(calibration, sampled_tree, head_dir)
         return Eagle2Drafter(
             *target, *head, **sizes, calibration=calibration, sampled_tree=sampled_tree,
-            sizer=sizer,
+            sizer=sizer, expand_threshold=expand_threshold,
         )  # fmt: skip
     if method == "pld":
         from minieagle.drafters.prompt_lookup import PromptLookupDrafter

@@ -40,6 +40,17 @@ measured better; docs/calibration.md):
                 ignores the option. None decides when decoding begins: the sizer's choice
                 (`Sizing.sampled_tree`), else the sampled tree at T > 0.
 
+A third option, off by default (0), cuts the expansion short:
+  expand_threshold  a frontier candidate is expanded (fed to the head for its children) only
+                if its value, exp(score), is at least this: with raw scores the product of q
+                along its path, with a map its estimated chance of acceptance. When no
+                candidate of the newest level reaches it, the tree stops growing and the cycle
+                saves the remaining head forwards and the verification of their children; with
+                top_k 1 it drafts a chain that goes on only while the head is sure enough (as
+                the confidence threshold of Hugging Face's assisted generation). Scores never
+                depend on a drawn token (above), so neither does the cut: lossless at any
+                temperature. The CLI's `--expand-threshold`; measured in docs/speed.md.
+
 Hyperparameters, named and counted as in the official code and the serving engines:
   depth         expansion steps (head forwards after the catch-up); the tree is up to depth + 1
                 drafts deep (the paper's "tree depth 6" is depth=5).
@@ -126,7 +137,18 @@ class Eagle2Drafter(HeadDrafter):
         calibration=None,
         sampled_tree: bool | None = False,
         sizer=None,
+        expand_threshold: float = 0.0,
     ):
+        if (
+            isinstance(expand_threshold, bool)
+            or not isinstance(expand_threshold, (int, float, np.floating))
+            or not 0.0 <= expand_threshold <= 1.0
+        ):
+            raise InvalidInputError(
+                f"expand_threshold={expand_threshold!r} must be a number in [0, 1], the value "
+                "(the path's chance of acceptance, as its scores estimate it) a candidate needs "
+                "to be expanded; pass 0 to expand every candidate (EAGLE-2) or e.g. 0.5"
+            )
         if sizer is None:
             _check_sizes(depth, top_k, total_tokens)
         else:  # sizes given with a sizer are constraints of its search; None = its choice
@@ -151,6 +173,7 @@ class Eagle2Drafter(HeadDrafter):
         self._check_bounds(total_tokens)
         self.depth, self.top_k, self.total_tokens = depth, top_k, total_tokens
         self.calibration, self.sampled_tree = calibration, sampled_tree
+        self.expand_threshold = float(expand_threshold)
         self.tree_sampled, self.active_calibration = False, None  # as decoding began
         self.sizer, self.sizing = sizer, None
         self.pool, self.selected = None, None
@@ -245,12 +268,14 @@ class Eagle2Drafter(HeadDrafter):
         drafts = min(self.total_tokens, max_nodes) - 1
         steps = min(self.depth, drafts - 1)  # levels deeper than `drafts` cannot be chosen
         pool = self._add_level(empty_pool(), [-1], root_logits[None, :], rng, proposals)
-        frontier = next_frontier(pool, 0, k)
+        frontier = self._expandable(pool, next_frontier(pool, 0, k))
         for _ in range(steps):
+            if len(frontier) == 0:  # no candidate reaches expand_threshold: stop growing
+                break
             rows = self._frontier_logits(root, pool, frontier, head_outputs)  # [F, V]
             start = len(pool)
             pool = self._add_level(pool, frontier, rows, rng, proposals)  # children appended
-            frontier = next_frontier(pool, start, k)
+            frontier = self._expandable(pool, next_frontier(pool, start, k))
         selected = rerank(pool.scores, pool.parents, drafts)
         tree = build_tree(root, pool, selected, proposals)
         ### END SOLUTION
@@ -260,6 +285,14 @@ class Eagle2Drafter(HeadDrafter):
         confidence = np.concatenate([[np.nan], np.exp(pool.log_q[selected])])  # [N]
         self._verified = (tree, confidence)
         return tree
+
+    def _expandable(self, pool, frontier) -> np.ndarray:
+        """The frontier (pool indices) less the candidates whose value, exp(score), is below
+        `expand_threshold`: all of it at the default 0 (EAGLE-2 expands its top_k whatever
+        their values)."""
+        if self.expand_threshold <= 0:
+            return frontier
+        return frontier[pool.scores[frontier] >= np.log(self.expand_threshold)]
 
     def accept(self, tokens, features, next_token: int) -> None:
         if self._verified is not None:
