@@ -54,6 +54,11 @@ def methods(eagle1_head: str, eagle3_head: str) -> dict[str, list[str]]:
                           "--depth", "1", "--tree-top-k", "1"],  # fmt: skip
         "eagle3-chain2": ["--method", "eagle3", "--head", eagle3_head, "--total-tokens", "3",
                           "--depth", "2", "--tree-top-k", "1"],  # fmt: skip
+        # a chain of up to 4 drafts grown while the last one's value reaches 0.4, the threshold
+        # benchmarks/expand_threshold.py chose on the validation split:
+        "eagle3-cut": ["--method", "eagle3", "--head", eagle3_head, "--total-tokens", "5",
+                       "--depth", "3", "--tree-top-k", "1",
+                       "--expand-threshold", "0.4"],  # fmt: skip
     }
 
 

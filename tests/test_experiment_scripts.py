@@ -797,3 +797,48 @@ def test_train_curves_reads_finished_and_running_runs_and_lays_them_end_to_end(s
     assert curves.main(argv) == 0 and png.stat().st_size > 10_000
     with pytest.raises(InvalidInputError, match="given twice"):
         curves.main(["--log", f"a={tmp_path / 'a.json'}", "--log", f"a={tmp_path / 'done'}"])
+
+
+def test_the_threshold_script_predicts_from_one_long_chain(scripts, tmp_path):
+    """benchmarks/expand_threshold.py at its smallest, on the tiny target: its rule for how many
+    drafts a threshold keeps is the drafter's own (a chain drafted under the threshold holds as
+    many drafts as the rule says, cycle by cycle, and emits the same tokens at T = 0), and its
+    report holds every threshold and fixed chain."""
+    from minieagle import inference
+    from minieagle.checkpoint import load_checkpoint
+    from minieagle.drafters import build_drafter
+    from minieagle.generate import generate
+    from minieagle.shipped import DEFAULT_MODEL
+
+    script = importlib.import_module("expand_threshold")
+    assert script.drafts_kept([0.9, 0.5, 0.2], 0.4) == 3
+    assert script.drafts_kept([0.3, 0.9], 0.4) == 1
+    assert script.drafts_kept([0.9, 0.3, 0.9], 0.4) == 2 and script.drafts_kept([0.1], 1.0) == 1
+    tau, ms = script.predicted([([0.9, 0.1], 2), ([0.2, 0.1], 0)], {1: 10.0, 2: 14.0}, 0.5)
+    assert tau == (3 + 1) / 2 and ms == (14.0 + 10.0) / 4
+    params, config, tokenizer = load_checkpoint(DEFAULT_MODEL)
+    target = inference.prepare(params, config)
+    ids = tokenizer.encode("def add(a, b):\n    return", add_bos=True)
+    long = script._Recorder(build_drafter("eagle3", target=(target, config), head="small-eagle3",
+                                          depth=3, top_k=1, total_tokens=5))  # fmt: skip
+    longest = generate(target, config, ids, drafter=long, max_new_tokens=24)
+    cut = build_drafter("eagle3", target=(target, config), head="small-eagle3", depth=3, top_k=1,
+                        total_tokens=5, expand_threshold=0.5)  # fmt: skip
+    recorder = script._Recorder(cut)
+    result = generate(target, config, ids, drafter=recorder, max_new_tokens=24)
+    assert result.tokens == longest.tokens
+    kept = [len(values) for values in recorder.values]
+    assert result.tree_sizes == [k + 1 for k in kept]
+    assert all(  # each cut chain stops where the rule stops (or at its 4 drafts)
+        len(v) == min(script.drafts_kept(v + [0.0] * 4, 0.5), 4) for v in recorder.values
+    )
+    assert 1 in kept and max(kept) > 1  # the threshold did cut, and did not always
+    out = tmp_path / "t.json"
+    argv = ["--model", str(DEFAULT_MODEL), "--head", "small-eagle3", "--drafts", "2",
+            "--prompts", "1", "--new-tokens", "8", "--repeats", "1", "--out", str(out)]  # fmt: skip
+    assert script.main(argv) == 0
+    report = json.loads(out.read_text())
+    assert set(report["thresholds"]) == {str(t) for t in script.THRESHOLDS}
+    assert set(report["fixed_chains"]) == {"1", "2"} and report["cycles"] > 0
+    assert report["thresholds"]["1.0"]["tau"] == report["fixed_chains"]["1"]["tau"]
+    assert report["thresholds"]["0.0"]["tau"] == report["fixed_chains"]["2"]["tau"]
