@@ -386,3 +386,56 @@ def test_cli_releases_a_student_edition(tmp_path, capsys):
         main(["assignment", "release", "--out", str(tmp_path / "x"), "--assignments", "nope"]) == 2
     )
     assert "choose from" in capsys.readouterr().err
+
+
+def _parse_in_threads(parse, source: str, rounds: int = 80) -> int:
+    """SystemErrors raised by `parse(source)` from three threads at once, while a fourth makes
+    garbage whose finalizers let the threads switch in the middle of a parse, switching as often
+    as the interpreter can."""
+    import threading
+
+    errors = []
+
+    class Finalized:
+        def __del__(self):
+            pass
+
+    def work():
+        for _ in range(rounds):
+            try:
+                parse(source)
+            except SystemError:
+                errors.append(1)
+
+    def churn():
+        for _ in range(40_000):
+            garbage = [Finalized() for _ in range(10)]
+            garbage.append(garbage)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work) for _ in range(3)]
+        threads.append(threading.Thread(target=churn))
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    return len(errors)
+
+
+def test_gradings_in_threads_parse_the_tests_one_at_a_time():
+    """The tests grade two submissions at a time in threads; CPython 3.11's `ast.parse` is not
+    safe in two threads at once (a shared recursion counter: "AST constructor recursion depth
+    mismatch", seen in CI), so the grader parses under a lock. Without it the same stress
+    fails on 3.11 (checked below where the interpreter has the bug)."""
+    import ast
+
+    from minieagle.assignments import isolation
+
+    source = (grader.HERE / "verifier" / "instructor" / "test_hidden.py").read_text() * 3
+    assert _parse_in_threads(lambda s: isolation._modules_used({"t": s}), source) == 0
+    if sys.version_info < (3, 12):  # the stress does reach the bug: plain parsing fails
+        assert _parse_in_threads(ast.parse, source) > 0

@@ -96,11 +96,19 @@ def _python_paths() -> list[str]:
     return [p for p in dict.fromkeys(paths) if os.path.isdir(p)]
 
 
+# CPython 3.11 keeps the counter `ast.parse` checks its recursion with per interpreter, not per
+# thread: two threads parsing at once (gradings run two at a time in threads) can fail with
+# "SystemError: AST constructor recursion depth mismatch". One parse at a time.
+_PARSE_LOCK = threading.Lock()
+
+
 def _modules_used(tests: dict[str, str]) -> list[str]:
     """The minieagle modules the tests import (and minieagle.testing), in a stable order."""
     names = {"minieagle.testing", "minieagle.gradcheck"}
     for source in tests.values():
-        for node in ast.walk(ast.parse(source)):
+        with _PARSE_LOCK:
+            tree = ast.parse(source)
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("minieagle"):
                 names.add(node.module)
                 names.update(f"{node.module}.{alias.name}" for alias in node.names)
