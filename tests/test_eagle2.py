@@ -622,18 +622,17 @@ def test_auto_sizing_refuses_a_depth_no_sized_tree_can_use(tmp_path):
 # ---------------------------------------------------------------------------- expand_threshold
 
 
-@pytest.mark.parametrize("threshold", [0.0, 0.2, 0.45, 0.7, 1.0])
-@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=1.0)], ids=repr)
-def test_expand_threshold_expands_exactly_the_candidates_that_reach_it(threshold, sampling):
-    """Brute force on the last cycle of several decodings: level by level, the candidates
-    expanded are exactly the frontier's (top_k best of the level) of value exp(score) >= the
-    threshold, and the tree stops growing at the first level where none reaches it (or at the
-    depth); the children are the head's own top-k (uncached head along each path) and the tree
-    is the rerank of that pool. Threshold 0 is EAGLE-2: the same tokens and trees as without."""
+def _check_threshold_expansion(threshold, sampling, cls=Eagle2Drafter):
+    """Brute force on the last cycle of several decodings by a `cls` drafter: level by level,
+    the candidates expanded are exactly the frontier's (top_k best of the level) of value
+    exp(score) >= the threshold, and the tree stops growing at the first level where none
+    reaches it (or at the depth); the children are the head's own top-k (uncached head along
+    each path) and the tree is the rerank of that pool. Threshold 0 is EAGLE-2: the same tokens
+    and trees as without."""
     depth, top_k, total = 3, 2, 12
     stopped_early = cycles = cut_levels = 0
     for n in (1, 3, 6, 9):
-        recorder = _LastCycle(_drafter(depth, top_k, total))
+        recorder = _LastCycle(_drafter(depth, top_k, total, cls=cls))
         recorder.inner.expand_threshold = threshold
         result = _run([1, 3, 4, 0], recorder, sampling, SeededRandomness(2), n=n)
         _assert_tree_is_the_heads_expansion(recorder)
@@ -671,6 +670,12 @@ def test_expand_threshold_expands_exactly_the_candidates_that_reach_it(threshold
     assert (cut_levels > 0) == (threshold > 0), cut_levels  # some frontier left unexpanded
 
 
+@pytest.mark.parametrize("threshold", [0.0, 0.2, 0.45, 0.7, 1.0])
+@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(temperature=1.0)], ids=repr)
+def test_expand_threshold_expands_exactly_the_candidates_that_reach_it(threshold, sampling):
+    _check_threshold_expansion(threshold, sampling)
+
+
 def test_the_threshold_check_catches_an_expansion_that_ignores_it():
     """The brute force above, on a drafter that expands every frontier candidate whatever the
     threshold (the planted bug), fails."""
@@ -679,15 +684,8 @@ def test_the_threshold_check_catches_an_expansion_that_ignores_it():
         def _expandable(self, pool, frontier):
             return frontier
 
-    original = _drafter
-    try:
-        globals()["_drafter"] = lambda *a: original(*a, cls=_Ignores)
-        with pytest.raises(AssertionError):
-            test_expand_threshold_expands_exactly_the_candidates_that_reach_it(
-                0.7, SamplingParams()
-            )
-    finally:
-        globals()["_drafter"] = original
+    with pytest.raises(AssertionError):  # a frontier below the threshold was expanded
+        _check_threshold_expansion(0.7, SamplingParams(), cls=_Ignores)
 
 
 @settings(deadline=None, max_examples=15)

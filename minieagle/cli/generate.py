@@ -68,7 +68,7 @@ def tree_options_line(drafter) -> str:
         scores = f"temperature scores, t = {used.temperature:g} ({used.setting})"
     else:
         scores = f"calibrated scores ({used.setting} map)"
-    threshold = getattr(drafter, "expand_threshold", 0.0)
+    threshold = drafter.expand_threshold
     cut = f", expanded from value {threshold:g}" if threshold > 0 else ""
     return f"dynamic tree: {tree}, {scores}{cut}"
 
