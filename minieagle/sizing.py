@@ -85,7 +85,7 @@ from minieagle.errors import InvalidInputError
 from minieagle.sampling import SamplingParams, setting_name
 from minieagle.tree import children, depths
 
-SIZING_VERSION = 21  # bump when the code's costs change: cached sizes are then measured again
+SIZING_VERSION = 22  # bump when the code's costs change: cached sizes are then measured again
 CANDIDATE_TOP_K = (1, 2, 4, 8)
 MAX_DEPTH = 7  # expansion steps of the calibration runs: trees up to 8 drafts deep
 WHOLE_CHAINS = (1, 2, 3, 4)  # chains of these many drafts are also timed whole (`cycle_ms`)

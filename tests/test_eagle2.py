@@ -746,3 +746,38 @@ def test_the_cli_passes_the_threshold_and_refuses_it_elsewhere(tmp_path, capsys)
 
     with pytest.raises(InvalidInputError, match="--expand-threshold applies to --method eagle2"):
         check_method_flags(args)
+
+
+CHAIN_SAMPLINGS = [SamplingParams(temperature=1.0), SamplingParams(temperature=0.7, top_p=0.9)]
+
+
+@pytest.mark.parametrize("sampling", CHAIN_SAMPLINGS, ids=str)
+def test_a_sampled_chain_draws_as_the_general_sampled_level_does(sampling, monkeypatch):
+    """A sampled chain (top_k 1) takes `_add_first_draw`, which skips the bookkeeping for many
+    draws: seed for seed it must emit the same tokens through the same trees, with the same
+    pools and proposals, as the general `_add_draws`."""
+
+    def decode():
+        drafter = Eagle2Drafter(TARGET, CONFIG, HEAD, HEAD_CFG, depth=3, top_k=1, total_tokens=4,
+                                sampled_tree=True)  # fmt: skip
+        seen = []
+        propose = drafter.propose
+
+        def recording(root, rng, max_nodes):
+            tree = propose(root, rng, max_nodes)
+            pool = drafter.pool
+            seen.append((tree.tokens.tolist(), tree.parents.tolist(), pool.tokens.tolist(),
+                         pool.scores.tolist(),
+                         [None if q is None else q.tolist() for q in tree.proposals]))  # fmt: skip
+            return tree
+
+        drafter.propose = recording
+        results = [_run([1 + seed % 3, 4], drafter, sampling, SeededRandomness(seed), n=10).tokens
+                   for seed in range(6)]  # fmt: skip
+        return results, seen
+
+    lean = decode()
+    monkeypatch.setattr(Eagle2Drafter, "_add_first_draw", Eagle2Drafter._add_draws)
+    general = decode()
+    assert lean == general
+    assert sum(len(tokens) for tokens, *_ in lean[1]) > 2 * len(lean[1])  # chains were drafted

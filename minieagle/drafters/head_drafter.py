@@ -324,6 +324,8 @@ def draw_children(q: np.ndarray, count: int, rng: Randomness) -> list[tuple]:
             break
         token = int(rng.draw(q))
         children.append((token, q))
+        if len(children) == count:  # the last draw: no law after it is needed
+            break
         q = q.copy()
         q[token] = 0.0
         total = q.sum()
