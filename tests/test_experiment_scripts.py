@@ -842,3 +842,15 @@ def test_the_threshold_script_predicts_from_one_long_chain(scripts, tmp_path):
     assert set(report["fixed_chains"]) == {"1", "2"} and report["cycles"] > 0
     assert report["thresholds"]["1.0"]["tau"] == report["fixed_chains"]["1"]["tau"]
     assert report["thresholds"]["0.0"]["tau"] == report["fixed_chains"]["2"]["tau"]
+
+
+def test_the_sampled_chain_script_times_both_drafters_on_the_same_tokens(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    script = importlib.import_module("sampled_chain_cost")
+    out = tmp_path / "cost.json"
+    result = script.main(["--prompts", "1", "--prompt-tokens", "4", "--new-tokens", "8",
+                          "--repeats", "2", "--drafts", "2", "--out", str(out)])  # fmt: skip
+    assert result["same_tokens"]  # the same chain, the same seeds: the same tokens
+    ratio = result["dynamic_over_eagle1"]
+    assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
+    assert json.loads(out.read_text())["drafts"] == 2
