@@ -67,7 +67,7 @@ if [ "$MODE" = status ]; then
   for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1 "$S"/chat2-T0 "$S"/chat2-T1 "$S"/chat3-T0 "$S"/chat3-T1 "$S"/heldout-val-T0 "$S"/heldout-ood-T0 "$S"/heldout-val-T1 "$S"/heldout-ood-T1; do
     [ -d "$run" ] && echo "$run: $(ls -d "$run"/shard-?????  2>/dev/null | wc -l) shards"
   done
-  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$S"/eagle3-n "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
+  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$S"/eagle3-n "$S"/eagle3-n-d960 "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
     [ -f "$run/state/state.json" ] && echo "$run: $(python -c "
 import json, sys
 state = json.load(open(sys.argv[1]))
@@ -273,22 +273,42 @@ head_from_shipped() {
         done
         mv $start.tmp $start
       fi
-      [ -f $H/final/model.safetensors ] || OPENBLAS_NUM_THREADS=2 minieagle train eagle3 \
-        --target $M --data features --features $3 --init-from $start ${4:-} \
-        --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps 320 --lr 3e-3 \
+      $(train_chat_head "$H" "$start" "$3" "${4:-}" 320 "$1")
+      $(measure_chat_head "$H" "$1" "start=$start")"
+}
+# train_chat_head DIR START DATA FLAGS DECAY LOG [BRANCH]: head_from_shipped's training
+#   command (the schedule decaying over the last DECAY steps; BRANCH: RUN@STEP to start from).
+train_chat_head() {
+  echo "[ -f $1/final/model.safetensors ] || OPENBLAS_NUM_THREADS=2 minieagle train eagle3 \
+        --target $M --data features --features $3 --init-from $2 $4 ${7:+--branch-from $7} \
+        --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps $5 --lr 3e-3 \
         --warmup-steps 50 --ttt-steps 3 --eval-every 400 --eval-batches 8 --save-every 25 \
         --val-features $S/heldout-val-T0 $S/heldout-ood-T0 $S/heldout-val-T1 $S/heldout-ood-T1 \
-        --keep-states 1600 2240 --export-dtype float16 --out-dir $H >>$S/train-eagle3-$1.log 2>&1 || exit 1
-      [ -f $H/final/calibration.json ] || minieagle calibrate --head $H/final --model $M \
-        --fit-prompts 4 --val-prompts 6 --temperatures 0.35,0.5 >$S/calibrate-eagle3-$1.log 2>&1
-      [ -f $S/e3-$1-tau.json ] || python benchmarks/smollm2_methods.py --model $M \
-        --eagle3-head $H/final --eagle1-head minieagle/pretrained/smollm2-eagle1 \
+        --keep-states 1600 2240 --export-dtype float16 --out-dir $1 >>$S/train-eagle3-$6.log 2>&1 || exit 1"
+}
+# measure_chat_head DIR TAG BESIDE: calibrated, τ into $S/e3-TAG-tau.json, and its acceptance
+#   beside the head BESIDE (NAME=DIR) into $S/e3-TAG-acceptance.json.
+measure_chat_head() {
+  echo "[ -f $1/final/calibration.json ] || minieagle calibrate --head $1/final --model $M \
+        --fit-prompts 4 --val-prompts 6 --temperatures 0.35,0.5 >$S/calibrate-eagle3-$2.log 2>&1
+      [ -f $S/e3-$2-tau.json ] || python benchmarks/smollm2_methods.py --model $M \
+        --eagle3-head $1/final --eagle1-head minieagle/pretrained/smollm2-eagle1 \
         --methods eagle3,eagle3-60,eagle3-chain1,eagle3-chain3 --no-cost-curve --repeats 1 \
-        --out $S/e3-$1-tau.json >$S/methods-$1.log 2>&1
-      [ -f $S/e3-$1-acceptance.json ] || python benchmarks/chat_acceptance.py --model $M \
-        --head start=$start --head $1=$H/final --data $S/heldout-val-T0 $S/heldout-ood-T0 \
-        $S/heldout-val-T1 $S/heldout-ood-T1 --out $S/e3-$1-acceptance.json \
-        >$S/acceptance-$1.log 2>&1"
+        --out $S/e3-$2-tau.json >$S/methods-$2.log 2>&1
+      [ -f $S/e3-$2-acceptance.json ] || python benchmarks/chat_acceptance.py --model $M \
+        --head $3 --head $2=$1/final --data $S/heldout-val-T0 $S/heldout-ood-T0 \
+        $S/heldout-val-T1 $S/heldout-ood-T1 --out $S/e3-$2-acceptance.json \
+        >$S/acceptance-$2.log 2>&1"
+}
+# head_decayed_longer TAG DECAY DATA [FLAGS]: $S/eagle3-TAG's run with its schedule decaying over
+#   the last DECAY steps instead of 320, branched from the state it kept at 3,200 - DECAY (the
+#   two runs are identical until then) into $S/eagle3-TAG-dDECAY; measured as head_from_shipped
+#   measures, its acceptance beside $S/eagle3-TAG's.
+head_decayed_longer() {
+  local H=$S/eagle3-$1-d$2
+  echo "
+      $(train_chat_head "$H" "$S/start-eagle3-$1" "$3" "${4:-}" "$2" "$1-d$2" "$S/eagle3-$1@$((3200 - $2))")
+      $(measure_chat_head "$H" "$1-d$2" "$1=$S/eagle3-$1/final")"
 }
 # start_smollm2_run TAG LOG [ANSWERS]: the commands on stdin in the background, unless a
 #   process of that run (its answers' distillation, training, calibration or τ, or the
@@ -324,10 +344,13 @@ fi
 #    shards (seed 2; chat2 used seed 1), then the shipped wider head (step 7's, at 6e04c1e)
 #    trained one pass over them. About 2.2 hours of both cores for the answers, then about 2.3
 #    hours of training. Since 2026-12-03 the held-out sets (heldout_answers) come first, and the
-#    new head is scored on them beside its start.
+#    new head is scored on them beside its start. Then the same run decaying over its last 960
+#    steps instead of 320 (head_decayed_longer: 960 steps from the state kept at 2,240, about
+#    40 minutes), scored beside it: is the short decay leaving acceptance on the table?
 if [ "$MODE" = continue ]; then
   { heldout_answers 9; chat_answers chat3 2
-    head_from_shipped n 6e04c1e "$S/chat3-T0 $S/chat3-T1" "--seed 3"; } \
+    head_from_shipped n 6e04c1e "$S/chat3-T0 $S/chat3-T1" "--seed 3"
+    head_decayed_longer n 960 "$S/chat3-T0 $S/chat3-T1" "--seed 3"; } \
     | start_smollm2_run n new-data.log chat3
 fi
 echo "started ($MODE); see: bash benchmarks/heads_at_scale.sh status"

@@ -262,7 +262,8 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
     assert len(functions) >= 2
     lines = raw.splitlines(keepends=True)
     code = "".join(line for line in lines if not line.lstrip().startswith("#"))
-    calls = re.findall(r"(?:heldout_answers|chat_answers|head_from_shipped) [^;|\n]*", code)
+    writers = "heldout_answers|chat_answers|head_from_shipped|head_decayed_longer"
+    calls = re.findall(rf"(?:{writers}) [^;|\n]*", code)
     assert len(calls) >= 5
     env = {**os.environ, "S": "/S", "M": "/M"}
     written = subprocess.run(["bash", "-c", "".join(functions) + "\n".join(calls)], check=True,
