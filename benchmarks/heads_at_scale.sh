@@ -64,7 +64,7 @@ if [ "$MODE" = status ]; then
     [ -f "$log" ] || continue
     printf '%s: %s\n' "$(basename "$log")" "$(tail -c 300 "$log" | tr '\r' '\n' | tail -n 1)"
   done
-  for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1 "$S"/chat2-T0 "$S"/chat2-T1 "$S"/chat3-T0 "$S"/chat3-T1 "$S"/heldout-val-T0 "$S"/heldout-ood-T0 "$S"/heldout-val-T1 "$S"/heldout-ood-T1; do
+  for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1 "$S"/chat2-T0 "$S"/chat2-T1 "$S"/chat3-T0 "$S"/chat3-T1 "$S"/chat4-T0 "$S"/chat4-T1 "$S"/heldout-val-T0 "$S"/heldout-ood-T0 "$S"/heldout-val-T1 "$S"/heldout-ood-T1; do
     [ -d "$run" ] && echo "$run: $(ls -d "$run"/shard-?????  2>/dev/null | wc -l) shards"
   done
   for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$S"/eagle3-n "$S"/eagle3-n-d960 "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
@@ -347,10 +347,16 @@ fi
 #    new head is scored on them beside its start. Then the same run decaying over its last 960
 #    steps instead of 320 (head_decayed_longer: 960 steps from the state kept at 2,240, about
 #    40 minutes), scored beside it: is the short decay leaving acceptance on the table?
+# 9. Then 100 + 100 more shards of answers (chat4, seed 3), for the next head to train on:
+#    by the trend measured so far (docs/real_models.md, "What 1.3x would take") each doubling
+#    of the answers adds about 0.03 to the first draft's acceptance, so the data keeps coming
+#    while there is time on the machine; the training that reads them starts from the better
+#    of step 8's two heads once both are measured.
 if [ "$MODE" = continue ]; then
   { heldout_answers 9; chat_answers chat3 2
     head_from_shipped n 6e04c1e "$S/chat3-T0 $S/chat3-T1" "--seed 3"
-    head_decayed_longer n 960 "$S/chat3-T0 $S/chat3-T1" "--seed 3"; } \
+    head_decayed_longer n 960 "$S/chat3-T0 $S/chat3-T1" "--seed 3"
+    chat_answers chat4 3; } \
     | start_smollm2_run n new-data.log chat3
 fi
 echo "started ($MODE); see: bash benchmarks/heads_at_scale.sh status"
