@@ -668,7 +668,7 @@ class Eagle3Recipe:
         fused = eagle3.fuse_features(hidden, self.head_cfg.aux_layers)[:, :-1]
         return windows, fused, logits
 
-    def _ttt(self, head, batch, mask=None):
+    def _ttt(self, head, batch, mask=None, grads: bool = True):
         windows, fused, target_logits = batch
         if mask is None:
             mask = _all_positions(fused)  # plain text: every position is a target
@@ -676,7 +676,7 @@ class Eagle3Recipe:
             mask = to_device(mask, fused)
         return eagle3.ttt_loss(
             head, self.head_cfg, self.target_params, self.vocab, windows, fused, target_logits,
-            mask, steps=self.cfg.ttt_steps, step_weight=self.cfg.step_weight,
+            mask, steps=self.cfg.ttt_steps, step_weight=self.cfg.step_weight, grads=grads,
         )  # fmt: skip
 
     def loss(self, head, batch, rng) -> tuple[float, dict, dict]:
@@ -689,7 +689,8 @@ class Eagle3Recipe:
         mask in masks (None: every row)."""
         records = []
         for i, batch in enumerate(batches):
-            loss, parts, _ = self._ttt(head, batch, None if masks is None else masks[i])
+            mask = None if masks is None else masks[i]
+            loss, parts, _ = self._ttt(head, batch, mask, grads=False)  # scored, not trained
             record = {"loss": loss}
             for s, (top1, accept) in enumerate(zip(parts["top1"], parts["accept"], strict=True)):
                 record[f"top1_{s}"], record[f"accept_{s}"] = top1, accept

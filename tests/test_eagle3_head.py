@@ -261,6 +261,21 @@ def test_ttt_loss_gradients_match_finite_differences(steps):
     _assert_pass(gradient_errors(f, head, grads, eps=EPS, entries=12))
 
 
+def test_scoring_without_gradients_gives_the_same_loss_and_parts(monkeypatch):
+    """grads=False (how a run scores its head on validation batches) skips the backward pass
+    and changes nothing else."""
+    head, cfg, target, vocab, tokens, fused, target_logits, loss_mask = _setup()
+    args = (head, cfg, target, vocab, tokens, fused, target_logits, loss_mask)
+    trained = ttt_loss(*args, steps=3)
+    backward_calls = []
+    real_backward = eagle3._ttt_backward
+    monkeypatch.setattr(eagle3, "_ttt_backward",
+                        lambda *a: backward_calls.append(1) or real_backward(*a))  # fmt: skip
+    scored = ttt_loss(*args, steps=3, grads=False)
+    assert scored[0] == trained[0] and scored[1] == trained[1] and scored[2] is None
+    assert backward_calls == []
+
+
 def test_the_setup_exercises_both_reasons_to_skip_a_position():
     _, _, _, vocab, _, _, target_logits, loss_mask = _setup()
     in_vocab = vocab.t2d[target_logits.argmax(-1)]

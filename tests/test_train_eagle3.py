@@ -358,3 +358,19 @@ def test_the_command_line_trains_a_top_feature_head_saved_for_minieagle_only(
     with pytest.raises(ValueError, match=r"minieagle_aux_layers=\[5\] names no stream of the "
                        r"target \(0 to num_hidden_layers=4\)"):  # fmt: skip
         load_eagle3_head(final, target_config=target_config)
+
+
+def test_scoring_a_run_runs_no_backward_pass(tmp_path, target_dir, monkeypatch):
+    """Every eval (step 0, every eval_every steps, the end) scores the head on the validation
+    batches: forward only, so a run's backward passes are exactly its training steps."""
+    real, backward_calls = eagle3._ttt_backward, []
+
+    def counted(*args):
+        backward_calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(eagle3, "_ttt_backward", counted)
+    steps = _count_steps(monkeypatch)
+    log = train_eagle_head(_config(target_dir, tmp_path, steps=4, eval_every=2), progress=False)
+    assert len(log["evals"]) >= 3  # step 0, 2 and 4 were scored
+    assert len(backward_calls) == len(steps) == 4
