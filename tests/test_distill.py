@@ -552,3 +552,19 @@ def test_held_out_runs_that_cannot_be_scored_are_refused(tmp_path, held_out_chat
     with pytest.raises(InvalidInputError, match="features entry .* another target"):
         train_eagle_head(_head_cfg(tmp_path / "d", (str(tmp_path / "other-train"),), seq_len=64),
                          progress=False)  # fmt: skip
+
+
+def test_the_score_cost_script_times_one_held_out_batch_both_ways(held_out_chat, monkeypatch):
+    """benchmarks/score_cost.py: the recipe's loss on a held-out batch with and without the
+    backward pass, the same loss both ways."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(SMALL.parents[2] / "benchmarks"))
+    script = importlib.import_module("score_cost")
+    root, _ = held_out_chat
+    head = SMALL.parent / "small-eagle3"
+    result = script.main(["--model", str(SMALL), "--head", str(head), "--data", str(root / "held"),
+                          "--seq-len", "64", "--batch-size", "2", "--ttt-steps", "2",
+                          "--repeats", "1"])  # fmt: skip
+    assert result["same_loss"] and result["positions"] == 2 * 64
+    assert set(result["seconds"]) == {"with backward", "forward only"}
