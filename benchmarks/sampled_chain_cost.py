@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import numpy as np
 
 from minieagle import inference
 from minieagle.checkpoint import load_checkpoint
+from minieagle.costs import spread
 from minieagle.drafters import build_drafter
 from minieagle.generate import generate
 from minieagle.sampling import SamplingParams
@@ -73,8 +73,7 @@ def main(argv=None) -> dict:
     result = {
         "model": args.model, "head": args.head, "drafts": D, "temperature": args.temperature,
         "prompts": args.prompts, "new_tokens": args.new_tokens, "repeats": args.repeats,
-        "dynamic_over_eagle1": {"median": statistics.median(ratios), "min": min(ratios),
-                                "max": max(ratios)},
+        "dynamic_over_eagle1": spread(ratios),
         "same_tokens": same,
     }  # fmt: skip
     r = result["dynamic_over_eagle1"]

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import numpy as np
 
 from minieagle.checkpoint import load_checkpoint
+from minieagle.costs import spread
 from minieagle.distill import run_record
 from minieagle.train_eagle import Eagle3Recipe, EagleTrainConfig, _held_out_batches
 
@@ -59,8 +59,7 @@ def main(argv=None) -> dict:
     result = {
         "model": args.model, "head": args.head, "data": args.data,
         "positions": int(windows.shape[0] * args.seq_len), "repeats": args.repeats,
-        "seconds": {k: {"median": statistics.median(v), "min": min(v), "max": max(v)}
-                    for k, v in seconds.items()},
+        "seconds": {k: spread(v) for k, v in seconds.items()},
         "same_loss": losses["with backward"] == losses["forward only"],
     }  # fmt: skip
     t = {k: v["median"] for k, v in result["seconds"].items()}

@@ -394,8 +394,6 @@ class Eagle2Drafter(HeadDrafter):
         """Confidences [F, count] of the draws from the processed draft distributions q [F, V],
         fixed before drawing (module docstring): the first draw 1, draw j > 1 the j-th largest
         q of its row."""
-        if count == 1:  # only first draws (a sampled chain): nothing to rank
-            return np.ones((len(q), 1))
         confidence = np.take_along_axis(q, top_k_rows(q, count), axis=-1)
         confidence[:, 0] = 1.0
         return confidence
