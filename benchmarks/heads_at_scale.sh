@@ -347,6 +347,9 @@ fi
 #    new head is scored on them beside its start. Then the same run decaying over its last 960
 #    steps instead of 320 (head_decayed_longer: 960 steps from the state kept at 2,240, about
 #    40 minutes), scored beside it: is the short decay leaving acceptance on the table?
+#    The 320-step head finished 2026-12-04: first draft +0.003 (val) / +0.015 (ood) on the
+#    held-out answers over its start, τ 2.46 / 2.74 at 26 / 60 nodes (from 2.54 / 2.74): not
+#    shipped (docs/real_models.md, "Step 8").
 # 9. Then 100 + 100 more shards of answers (chat4, seed 3), for the next head to train on:
 #    by the trend measured so far (docs/real_models.md, "What 1.3x would take") each doubling
 #    of the answers adds about 0.03 to the first draft's acceptance, so the data keeps coming
