@@ -350,7 +350,7 @@ fi
 #    The 320-step head finished 2026-12-04: first draft +0.003 (val) / +0.015 (ood) on the
 #    held-out answers over its start, τ 2.46 / 2.74 at 26 / 60 nodes (from 2.54 / 2.74): not
 #    shipped (docs/real_models.md, "Step 8"). The 960-step decay: +0.019 / +0.025 over the
-#    shipped head (0.631 / 0.653), the candidate to ship once its τ and CLI runs are measured.
+#    shipped head (0.631 / 0.653), τ 2.51 / 2.82: the candidate to ship once its CLI runs are measured.
 # 9. Then 100 + 100 more shards of answers (chat4, seed 3), for the next head to train on:
 #    by the trend measured so far (docs/real_models.md, "What 1.3x would take") each doubling
 #    of the answers adds about 0.03 to the first draft's acceptance, so the data keeps coming
