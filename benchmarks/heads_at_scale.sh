@@ -264,17 +264,22 @@ heldout_answers() {
 #   $S/e3-TAG-tau.json, then its acceptance beside the start's on the held-out sets
 #   (heldout_answers) into $S/e3-TAG-acceptance.json.
 head_from_shipped() {
-  local H=$S/eagle3-$1 start=$S/start-eagle3-$1
   echo "
-      if [ ! -d $start ]; then
+      $(shipped_start "$1" "$2")
+      $(train_chat_head "$S/eagle3-$1" "$S/start-eagle3-$1" "$3" "${4:-}" 320 "$1")
+      $(measure_chat_head "$S/eagle3-$1" "$1" "start=$S/start-eagle3-$1")"
+}
+# shipped_start TAG COMMIT: the EAGLE-3 head shipped at COMMIT, copied from git into
+#   $S/start-eagle3-TAG (once).
+shipped_start() {
+  local start=$S/start-eagle3-$1
+  echo "if [ ! -d $start ]; then
         rm -rf $start.tmp && mkdir -p $start.tmp
         for f in config.json model.safetensors calibration.json; do
           git show $2:minieagle/pretrained/smollm2-eagle3/\$f >$start.tmp/\$f || exit 1
         done
         mv $start.tmp $start
-      fi
-      $(train_chat_head "$H" "$start" "$3" "${4:-}" 320 "$1")
-      $(measure_chat_head "$H" "$1" "start=$start")"
+      fi"
 }
 # train_chat_head DIR START DATA FLAGS DECAY LOG [BRANCH]: head_from_shipped's training
 #   command (the schedule decaying over the last DECAY steps; BRANCH: RUN@STEP to start from).
@@ -336,6 +341,10 @@ start_smollm2_run() {
 if [ "$MODE" = first ]; then
   { chat_answers chat2 1; head_from_shipped c 50b0ee1 "$S/chat2-T0 $S/chat2-T1"
     head_from_shipped w 1e81aac "$S/chat2-T0 $S/chat2-T1" "--head-intermediate-size 3072 --seed 2"
+    # step 8 as it ran (step 11 rebuilds only what it kept)
+    heldout_answers 9; chat_answers chat3 2
+    head_from_shipped n 6e04c1e "$S/chat3-T0 $S/chat3-T1" "--seed 3"
+    head_decayed_longer n 960 "$S/chat3-T0 $S/chat3-T1" "--seed 3"
   } | start_smollm2_run w continue.log chat2
 fi
 # 8. The wider head on NEW answers. On the tiny target the wider head kept rising with every
@@ -360,13 +369,19 @@ fi
 #    scores, 2026-12-04: 0.654 / 0.612 against 0.648 / 0.604, val / ood at T = 0) trained one
 #    pass over chat4 with the same 960-step decay (seed 4) into $S/eagle3-m, then measured
 #    beside it: a fourth batch of new answers, 13.1M distinct tokens in all.
+# 11. The cache was lost with its machine again on 2026-12-04, step 8's answers and both its
+#    heads among it (step 10 had not begun). The data are deterministic per seed, so the same
+#    commands rebuild chat3 (about 2.2 hours of both cores); step 8's 960-step-decay head is
+#    then trained in one run from the shipped head (3,200 steps decaying over the last 960:
+#    the same schedule as the branch, which matched the 320-step run until step 2,240), about
+#    2.3 hours, and measured beside the shipped head; then steps 9 and 10 as planned.
 if [ "$MODE" = continue ]; then
-  { heldout_answers 9; chat_answers chat3 2
-    head_from_shipped n 6e04c1e "$S/chat3-T0 $S/chat3-T1" "--seed 3"
-    head_decayed_longer n 960 "$S/chat3-T0 $S/chat3-T1" "--seed 3"
+  { heldout_answers 9; chat_answers chat3 2; shipped_start n 6e04c1e
+    train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960
+    measure_chat_head "$S/eagle3-n-d960" n-d960 "shipped=$S/start-eagle3-n"
     chat_answers chat4 3
-    $(train_chat_head "$S/eagle3-m" "$S/eagle3-n-d960/final" "$S/chat4-T0 $S/chat4-T1" "--seed 4" 960 m)
-    $(measure_chat_head "$S/eagle3-m" m "n-d960=$S/eagle3-n-d960/final"); } \
+    train_chat_head "$S/eagle3-m" "$S/eagle3-n-d960/final" "$S/chat4-T0 $S/chat4-T1" "--seed 4" 960 m
+    measure_chat_head "$S/eagle3-m" m "n-d960=$S/eagle3-n-d960/final"; } \
     | start_smollm2_run n new-data.log chat3
 fi
 echo "started ($MODE); see: bash benchmarks/heads_at_scale.sh status"
