@@ -70,6 +70,7 @@ from minieagle.train import (
 
 DEFAULT_TARGET = str(Path(__file__).parent / "pretrained" / "small")
 RUN_FILE = "eagle_train_config.json"
+BRANCH_FILE = "branched_from.json"  # `branch_from`: the run and step a run started from
 DATA_SOURCES = ("corpus", "generated", "corpus+generated", "features")
 ORDERS = ("random", "pass")
 HEADS = ("eagle1", "eagle3", "medusa")
@@ -861,6 +862,8 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
     held_out = _held_out_batches(cfg, recipe, tokenizer, weights) if cfg.val_features else {}
     if not resume:
         _discard_states(out_dir)
+    if (out_dir / BRANCH_FILE).is_file():  # the run it branched from, kept in its record
+        record["branched_from"] = json.loads((out_dir / BRANCH_FILE).read_text())
     (out_dir / RUN_FILE).write_text(json.dumps(record, indent=2))
 
     cache = None
@@ -998,9 +1001,11 @@ def branch_from(parent_dir, step: int, out_dir) -> None:
     tmp = out_dir / (STATE + ".branch")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(source, tmp)
-    tmp.rename(out_dir / STATE)
     record = json.loads((Path(parent_dir) / RUN_FILE).read_text())
     (out_dir / RUN_FILE).write_text(json.dumps(record, indent=2))
+    branched = {"run": str(Path(parent_dir).resolve()), "step": step}
+    (out_dir / BRANCH_FILE).write_text(json.dumps(branched, indent=2))
+    tmp.rename(out_dir / STATE)  # last: a branch is made once its state is in place
 
 
 def load_or_train_head(

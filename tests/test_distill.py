@@ -418,6 +418,11 @@ def test_the_command_line_distills_and_trains_from_the_shards(tmp_path, capsys):
     assert main([*head("long", "6", "2"), "--keep-states", "2", "--until", "2"]) == 0
     assert "paused at step 2" in capsys.readouterr().out
     assert main([*head("branch", "3", "1"), "--branch-from", f"{tmp_path / 'long'}@2"]) == 0
+    record = json.loads((tmp_path / "branch" / "eagle_train_config.json").read_text())
+    assert record["branched_from"] == {"run": str((tmp_path / "long").resolve()), "step": 2}
+    assert record["steps"] == 3 and record["decay_steps"] == 1  # its own schedule
+    assert "branched_from" not in json.loads((tmp_path / "long" / "eagle_train_config.json")
+                                             .read_text())  # fmt: skip
     a, b = _final_tensors(tmp_path / "head"), _final_tensors(tmp_path / "branch")
     for name in a:
         np.testing.assert_array_equal(a[name], b[name], err_msg=name)
