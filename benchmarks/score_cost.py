@@ -48,8 +48,8 @@ def main(argv=None) -> dict:
     recipe = Eagle3Recipe(cfg, params, config, [])
     fingerprint = run_record(args.data)["target_fingerprint"]
     [batches] = _held_out_batches(cfg, recipe, tokenizer, fingerprint).values()
-    windows, hidden, mask = batches[0]
-    batch = recipe.batch_from_hidden(windows, hidden)
+    windows, hidden, mask, stats = batches[0]
+    batch = recipe.batch_from_hidden(windows, hidden, stats)
     seconds, losses = {"with backward": [], "forward only": []}, {}
     for _ in range(args.repeats):
         for name, grads in (("with backward", True), ("forward only", False)):

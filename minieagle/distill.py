@@ -55,9 +55,17 @@ import numpy as np
 from tqdm import tqdm
 
 from minieagle import __version__
+from minieagle.backend import array_module
 from minieagle.errors import InvalidInputError
 from minieagle.feature_cache import FORMAT as FEATURE_FORMAT
-from minieagle.feature_cache import FeatureCache, key_file_name
+from minieagle.feature_cache import (
+    TARGET_LSE,
+    TARGET_STATS,
+    TARGET_TOP,
+    FeatureCache,
+    key_file_name,
+    stats_file_name,
+)
 
 RUN_FILE = "distill.json"
 FORMAT = "minieagle-distill-1"
@@ -194,12 +202,13 @@ def sample_rows(logits: np.ndarray, temperature: float, rng: np.random.Generator
 def decode_batch(target, prompts: list, window_tokens: int, keys, temperature: float,
                  rng: np.random.Generator):  # fmt: skip
     """Continue each prompt (a list of token ids, lengths may differ) to `window_tokens` tokens,
-    all side by side, recording the hidden states `keys` of every token of each window.
+    all side by side, recording the hidden states `keys` of every token of each window, and the
+    target's argmax and logsumexp of its logits at each of them (`feature_cache.TARGET_STATS`).
 
     Prompts are left-padded to the longest; every row takes the same number of steps (enough for
     the shortest prompt), so a longer prompt's row writes a few tokens past its window, which are
-    dropped. Returns (windows int32 [B, W], {key: float16 [B, W, d]}, tokens sampled into the
-    windows). target: a `PreparedTarget`."""
+    dropped. Returns (windows int32 [B, W], {key: float16 [B, W, d], TARGET_TOP: int32 [B, W],
+    TARGET_LSE: float32 [B, W]}, tokens sampled into the windows). target: a `PreparedTarget`."""
     from minieagle.backend import to_host
     from minieagle.kvcache import KVCache
 
@@ -220,18 +229,23 @@ def decode_batch(target, prompts: list, window_tokens: int, keys, temperature: f
         ids[b, padding[b] : P] = prompt
     d = config.hidden_size
     hidden = {key: np.zeros((B, total, d), dtype=np.float16) for key in keys}
+    top = np.zeros((B, total), dtype=np.int32)  # the target's argmax at each position
+    lse = np.zeros((B, total), dtype=np.float32)  # and the logsumexp of its logits there
     cache = KVCache.for_model(config, target.params, batch=B, capacity=total)
     like = target.embed
+    xp = array_module(like)
     from minieagle.backend import to_device
 
     fed, stop = 0, P  # feed ids[:, fed:stop], then sample column stop
     while True:
         logits, states = target.forward_batch(
             to_device(ids[:, fed:stop], like), cache=cache, padding=padding,
-            output_hidden=keys, last_only=True,
+            output_hidden=keys, last_only=fed > 0,  # the prompt: every position's logits
         )  # fmt: skip
         for key in keys:
             hidden[key][:, fed:stop] = to_host(states[key]).astype(np.float16)
+        top[:, fed:stop] = to_host(xp.argmax(logits, axis=-1))
+        lse[:, fed:stop] = to_host(_logsumexp(logits))
         if stop == total:
             break
         ids[:, stop] = sample_rows(to_host(logits[:, -1, :]), temperature, rng)
@@ -239,8 +253,17 @@ def decode_batch(target, prompts: list, window_tokens: int, keys, temperature: f
     rows = padding[:, None] + np.arange(W)[None, :]  # [B, W]: each row's window
     windows = np.take_along_axis(ids, rows, axis=1).astype(np.int32)
     recorded = {key: np.take_along_axis(h, rows[:, :, None], axis=1) for key, h in hidden.items()}
+    recorded[TARGET_TOP] = np.take_along_axis(top, rows, axis=1)
+    recorded[TARGET_LSE] = np.take_along_axis(lse, rows, axis=1)
     sampled = int(np.sum(W - lengths))
     return windows, recorded, sampled
+
+
+def _logsumexp(logits):
+    """log sum_v exp(logits[..., v]), float32, on the logits' array module."""
+    xp = array_module(logits)
+    peak = xp.max(logits, axis=-1, keepdims=True)
+    return (xp.log(xp.sum(xp.exp(logits - peak), axis=-1)) + peak[..., 0]).astype(xp.float32)
 
 
 # ---------------------------------------------------------------------------- prompts
@@ -410,10 +433,11 @@ def write_shard(directory: Path, windows, streams, hidden: dict, info: dict) -> 
     np.save(tmp / "windows.npy", windows)
     np.save(tmp / "stream.npy", np.asarray(streams, dtype=np.int32))
     for key, value in hidden.items():
-        np.save(tmp / key_file_name(key), value)
+        np.save(tmp / (stats_file_name(key) if key in TARGET_STATS else key_file_name(key)), value)
     meta = {
         "format": FEATURE_FORMAT,
-        "keys": list(hidden),
+        "keys": [key for key in hidden if key not in TARGET_STATS],
+        "target_stats": [key for key in hidden if key in TARGET_STATS],
         "windows": N,
         "window_tokens": W,
         "hidden_size": d,
@@ -471,13 +495,13 @@ def run_distill(cfg: DistillConfig, *, progress: bool = True, target=None,
         rng = np.random.default_rng([cfg.seed, index])
         prompts, streams = source.shard(index, rng)
         shard_start = time.perf_counter()
-        windows, hidden, sampled = [], {key: [] for key in cfg.keys}, 0
+        windows, hidden, sampled = [], {key: [] for key in (*cfg.keys, *TARGET_STATS)}, 0
         for first in range(0, len(prompts), cfg.batch_size):
             chunk = prompts[first : first + cfg.batch_size]
             w, h, s = decode_batch(prepared, chunk, cfg.window_tokens, cfg.keys,
                                    cfg.temperature, rng)  # fmt: skip
             windows.append(w)
-            for key in cfg.keys:
+            for key in hidden:
                 hidden[key].append(h[key])
             sampled += s
             bar.update(len(chunk) * cfg.window_tokens)

@@ -9,6 +9,8 @@ windows are fixed up front and their hidden states written once:
     DIR/meta.json        what was cached: the target's fingerprint, the keys, the shapes
     DIR/windows.npy      int32 [N, L + 1], the token windows; stream.npy int32 [N], their source
     DIR/<key>.npy        float16 [N, L + 1, d] per hidden-state key ("final", or a layer index)
+    DIR/target-top.npy, target-lse.npy   (shards `distill` writes since 2026-12-04) the target's
+                         argmax and logsumexp at each position (TARGET_STATS, below)
     DIR/progress.json    {"done": n}: windows 0 .. n-1 are written and flushed
 
 The feature files are memory-mapped and filled chunk by chunk; `progress.json` is replaced
@@ -44,6 +46,20 @@ def key_file_name(key) -> str:
     return f"hidden-{key}.npy"
 
 
+# What `distill` records beside the features, at every window position t, from the float32
+# logits it computed there (the target's prediction of token t + 1): the argmax over the whole
+# vocabulary (int32 [N, W]) and the logsumexp of the logits (float32 [N, W]). An EAGLE-3 head's
+# loss needs the whole vocabulary only for these two (eagle3.DraftTargets), so a shard that
+# holds them spares its training the [d] x [d, V] product at every position.
+TARGET_TOP, TARGET_LSE = "target-top", "target-lse"
+TARGET_STATS = (TARGET_TOP, TARGET_LSE)
+
+
+def stats_file_name(name: str) -> str:
+    """The file holding TARGET_TOP or TARGET_LSE of every window."""
+    return f"{name}.npy"
+
+
 class FeatureCache:
     """Hidden states of the target over fixed windows (module docstring). Build or reopen one
     with `FeatureCache.build`; read batches with `batch`."""
@@ -57,6 +73,10 @@ class FeatureCache:
         self.hidden = {
             key: np.load(self.directory / key_file_name(key), mmap_mode="r")
             for key in self.keys
+        }
+        self.stats = {  # TARGET_STATS where recorded (older shards and caches have none)
+            name: np.load(self.directory / stats_file_name(name), mmap_mode="r")
+            for name in meta.get("target_stats", ())
         }
 
     def __len__(self) -> int:
@@ -212,6 +232,24 @@ class FeaturePool:
             for key in self.keys:
                 hidden[key].append(np.asarray(cache.hidden[key][local], dtype=np.float32))
         return np.stack(windows), {key: np.stack(v) for key, v in hidden.items()}
+
+    def target_stats(self, indices):
+        """(TARGET_TOP int64 [B, W], TARGET_LSE float32 [B, W]) of pool windows `indices`, -1
+        and NaN in the rows of windows whose shard does not record them; None if no shard of
+        the pool does."""
+        if not any(set(TARGET_STATS) <= set(c.stats) for c in self.caches):
+            return None
+        indices = np.asarray(indices)
+        which = np.searchsorted(self.offsets, indices, side="right") - 1
+        top = np.full((len(indices), self.window_tokens), -1, dtype=np.int64)
+        lse = np.full((len(indices), self.window_tokens), np.nan, dtype=np.float32)
+        for i, cache_index in enumerate(which):
+            cache = self.caches[cache_index]
+            if set(TARGET_STATS) <= set(cache.stats):
+                local = int(indices[i] - self.offsets[cache_index])
+                top[i] = cache.stats[TARGET_TOP][local]
+                lse[i] = cache.stats[TARGET_LSE][local]
+        return top, lse
 
     def pass_order(self, seed: int) -> np.ndarray:
         """A fixed order of the pool's windows: batch k of a one-pass run reads entries

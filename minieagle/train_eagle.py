@@ -436,7 +436,7 @@ def _require_same_target(field: str, entry: str, record: dict, fingerprint: str)
 
 
 def _held_out_batches(cfg: EagleTrainConfig, recipe, tokenizer, fingerprint: str) -> dict:
-    """{name: [(windows, hidden, mask)]} for each run in cfg.val_features: eval_batches x
+    """{name: [(windows, hidden, mask, stats)]} for each run in cfg.val_features: eval_batches x
     batch_size windows evenly spaced through it (fixed for the whole run), as recorded (made
     into batches at each evaluation, one at a time: a real target's logits of one batch take
     hundreds of MB), each batch with its loss mask: the rows whose guessed token is in the
@@ -474,7 +474,8 @@ def _held_out_batches(cfg: EagleTrainConfig, recipe, tokenizer, fingerprint: str
                 mask = answer_label_mask(*answer_spans(windows, cue), windows.shape[1])
             else:
                 mask = np.ones((len(windows), windows.shape[1] - 1), dtype=bool)
-            batches.append((windows, hidden, mask))
+            stats = pool.target_stats(chunk) if recipe.reads_target_stats else None
+            batches.append((windows, hidden, mask, stats))
         sets[_val_set_name(entry)] = batches
     return sets
 
@@ -516,8 +517,11 @@ class Eagle1Recipe:
         """What the head trains on for windows int [B, L + 1]: `target_pairs`."""
         return target_pairs(self.target_params, self.target_config, windows)
 
-    def batch_from_hidden(self, windows: np.ndarray, hidden: dict):
-        """The same batch from hidden states already computed (a `FeatureCache`)."""
+    reads_target_stats = False  # its loss reads the whole vocabulary anyway (the target's head)
+
+    def batch_from_hidden(self, windows: np.ndarray, hidden: dict, stats=None):
+        """The same batch from hidden states already computed (a `FeatureCache`); stats are
+        not read."""
         features = hidden["final"]  # [B, L + 1, d]
         return windows[:, 1:], features[:, :-1], features[:, 1:]
 
@@ -582,6 +586,7 @@ class Eagle3Recipe:
     def __init__(self, cfg: EagleTrainConfig, target_params, target_config, train_streams):
         self.cfg, self.target_params, self.target_config = cfg, target_params, target_config
         self.start = None
+        self._draft_rows = None  # the target LM head's rows of the draft ids (batch_from_hidden)
         if cfg.init_from:  # a trained head: its weights, its draft vocabulary, its aux layers
             self.start, self.head_cfg, self.vocab = load_eagle3_head(
                 cfg.init_from, target_config=target_config, target_dir=cfg.target
@@ -661,13 +666,29 @@ class Eagle3Recipe:
     def feature_keys(self) -> tuple:
         return (*self.head_cfg.aux_layers, "final")
 
-    def batch_from_hidden(self, windows: np.ndarray, hidden: dict):
+    reads_target_stats = True  # shards' TARGET_STATS spare the whole LM head (DraftTargets)
+
+    def batch_from_hidden(self, windows: np.ndarray, hidden: dict, stats=None):
         """The same batch from hidden states already computed (a `FeatureCache`): the logits
-        are the final features through the target's LM head, as `model.forward` makes them."""
+        are the final features through the target's LM head, as `model.forward` makes them.
+        stats: the shards' (TARGET_TOP, TARGET_LSE) [B, L + 1] (`FeaturePool.target_stats`;
+        rows of -1 where a shard has none): with them the batch holds `eagle3.DraftTargets`,
+        the final features through the LM head's draft rows only (rows without them: through
+        the whole head, then reduced)."""
         final = hidden["final"][:, 1:]  # [B, L, d]
-        logits = final @ model.lm_head_weight(self.target_params).T  # [B, L, V]
         fused = eagle3.fuse_features(hidden, self.head_cfg.aux_layers)[:, :-1]
-        return windows, fused, logits
+        weight = model.lm_head_weight(self.target_params)  # [V, d]
+        if stats is None:
+            return windows, fused, final @ weight.T  # [B, L, V]
+        if self._draft_rows is None:
+            self._draft_rows = weight[self.vocab.ids]  # [N, d], the draft ids' rows
+        top, lse = (to_device(np.asarray(x)[:, 1:], final) for x in stats)  # [B, L]
+        targets = eagle3.DraftTargets(final @ self._draft_rows.T, top, lse)
+        missing = np.flatnonzero(to_host(top[:, 0]) < 0)  # windows whose shard has none
+        if missing.size:
+            whole = eagle3.draft_targets(final[missing] @ weight.T, self.vocab)
+            targets.top[missing], targets.lse[missing] = whole.top, whole.lse
+        return windows, fused, targets
 
     def _ttt(self, head, batch, mask=None, grads: bool = True):
         windows, fused, target_logits = batch
@@ -888,8 +909,9 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
             for key, value in recipe.metrics(head, batches).items():
                 record[f"val_{key}_{corpus}"] = value
         for name, recorded in held_out.items():  # each batch's mean, then their mean
-            records = [recipe.metrics(head, [recipe.batch_from_hidden(windows, hidden)], [mask])
-                       for windows, hidden, mask in recorded]  # fmt: skip
+            records = [recipe.metrics(head, [recipe.batch_from_hidden(windows, hidden, stats)],
+                                      [mask])
+                       for windows, hidden, mask, stats in recorded]  # fmt: skip
             for key, value in _mean_records(records).items():
                 record[f"val_{key}_{name}"] = value
         log["evals"].append(record)
@@ -911,7 +933,8 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
                 indices = _pass_indices(pool, step, cfg.batch_size, cfg.seed, orders)
             else:
                 indices = pool.sample(cfg.batch_size, rng)
-            batch = recipe.batch_from_hidden(*pool.batch(indices))
+            stats = pool.target_stats(indices) if recipe.reads_target_stats else None
+            batch = recipe.batch_from_hidden(*pool.batch(indices), stats)
         elif cache is None:
             inputs, targets = sample_batch(train_streams, cfg.batch_size, cfg.seq_len, rng)
             windows = np.concatenate([inputs, targets[:, -1:]], axis=1)  # [B, L + 1]

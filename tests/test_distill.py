@@ -23,7 +23,7 @@ from minieagle.distill import (
     shard_dir,
 )
 from minieagle.errors import InvalidInputError
-from minieagle.feature_cache import FeaturePool
+from minieagle.feature_cache import TARGET_LSE, TARGET_TOP, FeaturePool
 from minieagle.generate import generate
 from minieagle.kvcache import KVCache
 from minieagle.optim import wsd_lr
@@ -78,6 +78,29 @@ def test_greedy_batched_decoding_writes_what_vanilla_decoding_writes(small64):
     _, truth, _ = model.forward(params, config, windows.astype(np.int64), output_hidden=KEYS)
     for key in KEYS:  # float16 storage: three significant digits
         np.testing.assert_allclose(hidden[key], truth[key], rtol=2e-3, atol=2e-3)
+
+
+def _logsumexp(x):
+    peak = x.max(axis=-1, keepdims=True)
+    return np.log(np.exp(x - peak).sum(axis=-1)) + peak[..., 0]
+
+
+def test_the_recorded_argmax_and_logsumexp_are_the_targets_at_every_position(small64):
+    """Beside the features, each window position records the target's argmax and logsumexp
+    there (the EAGLE-3 loss's whole-vocabulary reads): equal to those of the window's own
+    forward, prompt positions (left-padded to the longest) and sampled ones alike."""
+    params, config, _ = small64
+    target = inference.prepare(params, config)
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(3, config.vocab_size, n).tolist() for n in (4, 7, 2)]
+    windows, recorded, _ = decode_batch(target, prompts, 12, KEYS, 1.0, rng)
+    logits, _, _ = model.forward(params, config, windows.astype(np.int64))
+    assert recorded[TARGET_TOP].dtype == np.int32 and recorded[TARGET_LSE].dtype == np.float32
+    np.testing.assert_array_equal(recorded[TARGET_TOP], logits.argmax(axis=-1))
+    np.testing.assert_allclose(recorded[TARGET_LSE], _logsumexp(logits), rtol=1e-6)
+    # the check catches statistics one position off (each row's prediction of its own token)
+    shifted = np.concatenate([recorded[TARGET_TOP][:, 1:], recorded[TARGET_TOP][:, -1:]], axis=1)
+    assert np.mean(shifted == logits.argmax(axis=-1)) < 0.5
 
 
 def test_the_row_sampler_draws_from_the_tempered_softmax():
@@ -330,6 +353,65 @@ def _final_tensors(run: Path) -> dict:
     from minieagle.checkpoint import read_tensors
 
     return read_tensors(run / "final" / "model.safetensors")
+
+
+def _without_stats(run: Path, copy: Path) -> Path:
+    """A copy of distill run `run` as shards written before 2026-12-04 were: no TARGET_STATS."""
+    shutil.copytree(run, copy)
+    for meta_file in copy.glob("shard-*/meta.json"):
+        meta = json.loads(meta_file.read_text())
+        for name in meta.pop("target_stats"):
+            (meta_file.parent / f"{name}.npy").unlink()
+        meta_file.write_text(json.dumps(meta))
+    return copy
+
+
+def test_a_batch_from_recorded_stats_scores_as_one_from_the_whole_lm_head(tmp_path, feature_runs):
+    """An EAGLE-3 batch made with the shards' argmax and logsumexp (the final features through
+    the draft rows of the LM head only) gives the loss and gradients of one made through the
+    whole head, to float32 rounding; windows of older shards without them (-1 rows) are made
+    through the whole head; stats that disagree with the target change the loss."""
+    from minieagle.heads.eagle3 import DraftTargets
+    from minieagle.train_eagle import RECIPES
+
+    old = _without_stats(feature_runs / "self", tmp_path / "old")
+    pool = FeaturePool(open_shards([str(feature_runs / "self"), str(old)]))
+    half = len(pool) // 2
+    assert pool.target_stats([0])[0][0, 0] >= 0 and pool.target_stats([half])[0][0, 0] == -1
+    assert FeaturePool(open_shards([str(old)])).target_stats([0]) is None
+    cfg = _head_cfg(tmp_path / "unused", (str(feature_runs / "self"),))
+    params, config, _ = load_checkpoint(SMALL, dtype=np.float32)
+    recipe = RECIPES["eagle3"](cfg, params, config, pool)
+    head = recipe.init_head(0)
+    indices = [0, 3, half + 1, 5]  # three windows with stats, one without
+    windows, hidden = pool.batch(indices)
+    whole = recipe.batch_from_hidden(windows, hidden)
+    drafted = recipe.batch_from_hidden(windows, hidden, pool.target_stats(indices))
+    assert isinstance(drafted[2], DraftTargets) and drafted[2].logits.shape[-1] < config.vocab_size
+    loss_a, parts_a, grads_a = recipe._ttt(head, whole)
+    loss_b, parts_b, grads_b = recipe._ttt(head, drafted)
+    assert loss_b == pytest.approx(loss_a, rel=1e-4)
+    assert parts_b["top1"] == pytest.approx(parts_a["top1"], abs=1e-6)
+    assert parts_b["accept"] == pytest.approx(parts_a["accept"], rel=1e-3)
+    for name in grads_a:
+        np.testing.assert_allclose(grads_b[name], grads_a[name], rtol=1e-3, atol=1e-6)
+    top, lse = pool.target_stats(indices)
+    top[:3, 1:] = (top[:3, 1:] + 1) % config.vocab_size  # another argmax: other positions count
+    wrong = recipe.batch_from_hidden(windows, hidden, (top, lse))
+    assert abs(recipe._ttt(head, wrong)[0] - loss_a) > 1e-3 * abs(loss_a)
+
+
+def test_a_head_trains_alike_from_shards_with_and_without_stats(tmp_path, feature_runs):
+    """The whole loop: the EAGLE-3 head trained on shards that record the target's argmax and
+    logsumexp ends where the one trained through the whole LM head ends (to float32 rounding)."""
+    features = (str(feature_runs / "corpus"), str(feature_runs / "self"))
+    old = tuple(str(_without_stats(Path(f), tmp_path / f"old-{Path(f).name}")) for f in features)
+    train_eagle_head(_head_cfg(tmp_path / "new", features, steps=4, decay_steps=1),
+                     progress=False)  # fmt: skip
+    train_eagle_head(_head_cfg(tmp_path / "old", old, steps=4, decay_steps=1), progress=False)
+    a, b = _final_tensors(tmp_path / "new"), _final_tensors(tmp_path / "old")
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-3, atol=1e-4, err_msg=name)
 
 
 @pytest.mark.parametrize("head", ["eagle1", "eagle3"])

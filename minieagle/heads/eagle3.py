@@ -763,6 +763,33 @@ def _shift(x, s: int):
     return array_module(x).concat([x[:, s:, ...], pad], axis=1)
 
 
+@dataclass
+class DraftTargets:
+    """What `ttt_loss` reads of the target's logits [B, T, V], without the whole vocabulary:
+    `logits` [B, T, N], the logits on the draft ids (vocab.ids, in draft-id order); `top` int
+    [B, T], the argmax over all V (a target id); `lse` [B, T], the logsumexp over all V, so that
+    exp(logits - lse) is the target's probability of each draft id. `draft_targets` makes them
+    from whole logits; `distill` records top and lse as it writes its shards
+    (feature_cache.TARGET_STATS), and a head trained on them multiplies the target's final
+    features by the N draft rows of its LM head only, not all V (docs/distill.md)."""
+
+    logits: Any
+    top: Any
+    lse: Any
+
+
+def draft_targets(target_logits, vocab: DraftVocab) -> DraftTargets:
+    """The `DraftTargets` of whole logits [B, T, V] (V = vocab.target_vocab_size)."""
+    xp = array_module(target_logits)
+    peak = xp.max(target_logits, axis=-1, keepdims=True)
+    lse = xp.log(xp.sum(xp.exp(target_logits - peak), axis=-1)) + peak[..., 0]
+    return DraftTargets(
+        logits=xp.take(target_logits, vocab.ids, axis=-1),
+        top=xp.argmax(target_logits, axis=-1),
+        lse=lse,
+    )
+
+
 def _check_ttt_inputs(cfg, vocab, tokens, fused, target_logits, loss_mask, steps, attention):
     if attention not in TTT_ATTENTION:
         raise InvalidInputError(
@@ -789,6 +816,11 @@ def _check_ttt_inputs(cfg, vocab, tokens, fused, target_logits, loss_mask, steps
         "target_logits": (target_logits, (B, T, cfg.layer.vocab_size)),
         "loss_mask": (loss_mask, (B, T)),
     }
+    if isinstance(target_logits, DraftTargets):
+        del want["target_logits"]
+        want["target_logits.logits"] = (target_logits.logits, (B, T, cfg.draft_vocab_size))
+        want["target_logits.top"] = (target_logits.top, (B, T))
+        want["target_logits.lse"] = (target_logits.lse, (B, T))
     for name, (x, shape) in want.items():
         if tuple(x.shape) != shape:
             raise InvalidInputError(
@@ -818,7 +850,9 @@ def ttt_loss(
 
     tokens int [B, T + 1]: the window x_0 .. x_T. fused [B, T, kd]: the target's fused features
     at positions 0 .. T-1. target_logits [B, T, V]: row t holds the target's logits at position
-    t + 1 (its prediction of x_{t+2}). loss_mask [B, T]: whether row t's label counts.
+    t + 1 (its prediction of x_{t+2}); or their `DraftTargets`, all the loss reads of them
+    (the same loss, without the whole vocabulary). loss_mask [B, T]: whether row t's label
+    counts.
 
     Step s = 0 .. steps-1, index t simulates drafting position t + s: it reads token x_{t+1+s}
     (teacher-forced) and, for s = 0, the feature g_t = fc(fused_t), else its own output at index t
@@ -841,13 +875,14 @@ def ttt_loss(
     step_logits, caches = _ttt_forward(
         head, cfg, target_params, tokens, fused, steps=steps, attention=attention
     )
+    targets = target_logits  # logits on the draft ids, argmax and logsumexp over all V
+    if not isinstance(targets, DraftTargets):
+        targets = draft_targets(target_logits, vocab)
     ### BEGIN SOLUTION eagle3_ttt
-    ids = vocab.ids
-    target_top = xp.argmax(target_logits, axis=-1)  # [B, T]
+    target_top = targets.top  # [B, T]
     in_draft_vocab = xp.reshape(xp.take(vocab.t2d, xp.reshape(target_top, (-1,))), (B, T))
-    labels = layers.softmax(xp.take(target_logits, ids, axis=-1))  # [B, T, N]
-    target_probs = layers.softmax(target_logits)  # [B, T, V]
-    target_on_draft = xp.take(target_probs, ids, axis=-1)  # [B, T, N]
+    labels = layers.softmax(targets.logits)  # [B, T, N]
+    target_on_draft = xp.exp(targets.logits - targets.lse[..., None])  # [B, T, N]
     requested = xp.astype(loss_mask, xp.bool)
     counted = requested & in_draft_vocab
     total, parts, step_dlogits = 0.0, {"step_loss": [], "top1": [], "accept": []}, []

@@ -267,7 +267,9 @@ class MedusaRecipe:
         )
         return self.batch_from_hidden(windows, hidden)
 
-    def batch_from_hidden(self, windows: np.ndarray, hidden: dict):
+    reads_target_stats = False  # its labels are the window's own tokens
+
+    def batch_from_hidden(self, windows: np.ndarray, hidden: dict, stats=None):
         features = hidden["final"][:, :-1]  # [B, L, d]
         return features, medusa_labels(windows, self.head_cfg.num_heads)
 
