@@ -535,3 +535,21 @@ def test_calibrate_takes_a_temperature_grid_or_none(tmp_path, capsys):
     for bad in ("0", "0.5,-1", "x", "nan"):
         assert main(["calibrate", "--head", str(head), *tiny, "--temperatures", bad]) == 2
         assert f"--temperatures: '{bad}': expected temperatures > 0" in capsys.readouterr().err
+
+
+def test_the_sizing_line_says_when_an_expansion_threshold_cuts_the_sized_tree(capsys):
+    """The sizer predicts trees grown in full; with --expand-threshold the --stats line says
+    its expectation does not count the cut (and says nothing of it without one)."""
+    from types import SimpleNamespace
+
+    from minieagle.cli.generate import print_drafter_lines
+    from minieagle.sizing import Sizing
+
+    sizing = Sizing(depth=3, top_k=1, total_tokens=4, chain=0, expected_tau=1.9,
+                    expected_speedup=1.2, chain_tau=1.0, chain_speedup=1.0,
+                    setting="T=0")  # fmt: skip
+    print_drafter_lines(SimpleNamespace(sizing=sizing, expand_threshold=0.4), None)
+    line = capsys.readouterr().err
+    assert "auto sizing (T=0)" in line and "--expand-threshold 0.4 may draft fewer" in line
+    print_drafter_lines(SimpleNamespace(sizing=sizing, expand_threshold=0.0), None)
+    assert "expand-threshold" not in capsys.readouterr().err

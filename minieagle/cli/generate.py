@@ -51,7 +51,12 @@ def print_drafter_lines(drafter, chosen: dict | None) -> None:
     if chosen is not None:
         print(f"[{describe_auto_method(chosen)}]", file=sys.stderr)
     if getattr(drafter, "sizing", None) is not None:
-        print(f"[{drafter.sizing.describe()}]", file=sys.stderr)
+        cut = ""
+        if getattr(drafter, "expand_threshold", 0) > 0:  # the sizer predicts whole trees
+            cut = (f"; sized for trees grown in full: --expand-threshold "
+                   f"{drafter.expand_threshold:g} may draft fewer nodes than it expected, and "
+                   "its expected tau and speedup do not count the cut")  # fmt: skip
+        print(f"[{drafter.sizing.describe()}{cut}]", file=sys.stderr)
     if hasattr(drafter, "active_calibration"):  # the dynamic tree's options as decoded
         print(f"[{tree_options_line(drafter)}]", file=sys.stderr)
 
