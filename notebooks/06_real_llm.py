@@ -780,9 +780,10 @@ plt.show()
 # 1.3x needed a first draft accepted 80-90 % of the time, and at that slope 0.8 lies some
 # 60-180 times further out in data, hundreds of hours of this machine. At today's cost the
 # dashed line is what 1.3x needs: the wider head (the star) clears it on these held-out answers,
-# while in decoding, on the six requests of `smollm2_cli.py`, its first draft was accepted a
-# little less often, so the chain ran just under 1.3x. Widening the head's MLP moved it about as
-# much as a doubling of data. On a GPU, where section 5's curve is flat, the 26-node tree's τ of
+# and in decoding, on the six requests of `smollm2_cli.py`, its first draft is accepted half the
+# time (τ 1.50), so the chain runs near 1.3x: 1.29x, 1.34x, 1.29x and 1.39x in the runs of
+# 2026-12-03 and 2026-12-04, the machine's memory speed moving it. Widening the head's MLP moved
+# it about as much as a doubling of data. On a GPU, where section 5's curve is flat, the 26-node tree's τ of
 # 2.5 would already pay.
 
 # %% [markdown]
