@@ -783,8 +783,8 @@ plt.show()
 # and in decoding, on the six requests of `smollm2_cli.py`, its first draft is accepted half the
 # time (τ 1.50), so the chain runs near 1.3x: 1.29x, 1.34x, 1.29x and 1.39x in the runs of
 # 2026-12-03 and 2026-12-04, the machine's memory speed moving it. Widening the head's MLP moved
-# it about as much as a doubling of data. On a GPU, where section 5's curve is flat, the 26-node tree's τ of
-# 2.5 would already pay.
+# it about as much as a doubling of data. On a GPU, where section 5's curve is flat, the
+# 26-node tree's τ of 2.5 would already pay.
 
 # %% [markdown]
 # That trend assumes a head that keeps up with its data. Does it? Score the heads on windows
