@@ -291,19 +291,21 @@ train_chat_head() {
         --val-features $S/heldout-val-T0 $S/heldout-ood-T0 $S/heldout-val-T1 $S/heldout-ood-T1 \
         --keep-states 1600 2240 --export-dtype float16 --out-dir $1 >>$S/train-eagle3-$6.log 2>&1 || exit 1"
 }
-# measure_chat_head DIR TAG BESIDE: calibrated, τ into $S/e3-TAG-tau.json, and its acceptance
-#   beside the head BESIDE (NAME=DIR) into $S/e3-TAG-acceptance.json.
+# measure_chat_head DIR TAG BESIDE: calibrated, and its acceptance beside the head BESIDE
+#   (NAME=DIR) into $S/e3-TAG-acceptance.json, the two side by side (one core each, about 25
+#   minutes); then τ into $S/e3-TAG-tau.json.
 measure_chat_head() {
-  echo "[ -f $1/final/calibration.json ] || minieagle calibrate --head $1/final --model $M \
-        --fit-prompts 4 --val-prompts 6 --temperatures 0.35,0.5 >$S/calibrate-eagle3-$2.log 2>&1
+  echo "{ [ -f $1/final/calibration.json ] || minieagle calibrate --head $1/final --model $M \
+        --fit-prompts 4 --val-prompts 6 --temperatures 0.35,0.5 >$S/calibrate-eagle3-$2.log 2>&1; } &
+      { [ -f $S/e3-$2-acceptance.json ] || python benchmarks/chat_acceptance.py --model $M \
+        --head $3 --head $2=$1/final --data $S/heldout-val-T0 $S/heldout-ood-T0 \
+        $S/heldout-val-T1 $S/heldout-ood-T1 --out $S/e3-$2-acceptance.json \
+        >$S/acceptance-$2.log 2>&1; } &
+      wait
       [ -f $S/e3-$2-tau.json ] || python benchmarks/smollm2_methods.py --model $M \
         --eagle3-head $1/final --eagle1-head minieagle/pretrained/smollm2-eagle1 \
         --methods eagle3,eagle3-60,eagle3-chain1,eagle3-chain3 --no-cost-curve --repeats 1 \
-        --out $S/e3-$2-tau.json >$S/methods-$2.log 2>&1
-      [ -f $S/e3-$2-acceptance.json ] || python benchmarks/chat_acceptance.py --model $M \
-        --head $3 --head $2=$1/final --data $S/heldout-val-T0 $S/heldout-ood-T0 \
-        $S/heldout-val-T1 $S/heldout-ood-T1 --out $S/e3-$2-acceptance.json \
-        >$S/acceptance-$2.log 2>&1"
+        --out $S/e3-$2-tau.json >$S/methods-$2.log 2>&1"
 }
 # head_decayed_longer TAG DECAY DATA [FLAGS]: $S/eagle3-TAG's run with its schedule decaying over
 #   the last DECAY steps instead of 320, branched from the state it kept at 3,200 - DECAY (the
