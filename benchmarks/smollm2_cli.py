@@ -16,7 +16,9 @@ corpus, one about an out-of-domain prose and code passage (minieagle/data/ood_pr
 two questions that name no passage; the heads trained on requests about the train splits. The
 EAGLE rows use the heads given (default: the shipped smollm2-eagle1 / smollm2-eagle3), with the
 CLI's defaults: the tree sized for this machine (measured once, cached), the head's shipped
-scores.
+scores. `--candidate LABEL=DIR` adds a head to decide on beside the shipped one, in the same
+rotation (rows LABEL:eagle3 and LABEL:eagle3-chain1; e.g. `--methods
+eagle3,eagle3-chain1,d960:eagle3,d960:eagle3-chain1 --candidate d960=DIR`).
 """
 
 from __future__ import annotations
@@ -60,6 +62,22 @@ def methods(eagle1_head: str, eagle3_head: str) -> dict[str, list[str]]:
                        "--depth", "3", "--tree-top-k", "1",
                        "--expand-threshold", "0.4"],  # fmt: skip
     }
+
+
+def candidate_methods(candidates: list[str]) -> dict[str, list[str]]:
+    """Rows for EAGLE-3 heads beside the shipped one, each given as LABEL=DIR (`--candidate`):
+    LABEL:eagle3 (sized, as `eagle3`) and LABEL:eagle3-chain1 (the fixed chain of one), the
+    flags of the rows `methods` names alike but for --head. Their names are none of
+    benchmarks/fastest_methods.py's rows, so a candidate never becomes `--method auto`'s choice
+    before it is shipped."""
+    table = {}
+    for given in candidates:
+        label, sep, directory = given.partition("=")
+        if not sep or not label or not directory or ":" in label:
+            raise SystemExit(f"--candidate {given!r}: expected LABEL=DIR, e.g. d960=runs/x/final")
+        for row in ("eagle3", "eagle3-chain1"):
+            table[f"{label}:{row}"] = methods("unused", directory)[row]
+    return table
 
 
 def run_chat(model: str, request: str, flags: list[str], temperature: float, new_tokens: int,
@@ -126,6 +144,11 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--methods", help="comma-separated subset of the methods (vanilla kept)")
+    parser.add_argument(
+        "--candidate", action="append", default=[], metavar="LABEL=DIR",
+        help="an EAGLE-3 head to run beside the shipped one (rows LABEL:eagle3 and "
+        "LABEL:eagle3-chain1, in the same rotation); repeatable",
+    )  # fmt: skip
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     if args.model is None:
@@ -138,13 +161,14 @@ def main(argv=None) -> int:
     _, _, tokenizer = load_checkpoint(args.model, dtype=np.float32)
     load_chat_template(args.model, tokenizer)  # fails early for a model without a template
     requests = chat_requests()
-    table = methods(args.eagle1_head, args.eagle3_head)
+    table = {**methods(args.eagle1_head, args.eagle3_head), **candidate_methods(args.candidate)}
     if args.methods:
         wanted = {"vanilla", *args.methods.split(",")}
         table = {name: flags for name, flags in table.items() if name in wanted}
     names = list(table)
     results = {"model": args.model, "heads": {"eagle1": args.eagle1_head,
-               "eagle3": args.eagle3_head}, "new_tokens": args.new_tokens,
+               "eagle3": args.eagle3_head}, "candidates": args.candidate,
+               "new_tokens": args.new_tokens,
                "repeats": args.repeats, "requests": [kind for kind, _ in requests],
                "methods": {name: ["minieagle", "chat", "--prompt", "REQUEST", "--stats", *flags]
                            for name, flags in table.items()},

@@ -560,6 +560,29 @@ def test_fastest_methods_rows_are_the_flags_they_were_measured_with(monkeypatch)
         assert changed == set(flags), row  # no flag the run used is left out
 
 
+def test_a_candidate_head_runs_beside_the_shipped_one_and_is_never_auto_chosen(monkeypatch):
+    """benchmarks/smollm2_cli.py --candidate LABEL=DIR: rows LABEL:eagle3 and
+    LABEL:eagle3-chain1 with the shipped rows' flags but for --head; a malformed value is
+    refused; fastest_methods.py does not pick a candidate's row however fast it measured."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    cli = importlib.import_module("smollm2_cli")
+    fastest = importlib.import_module("fastest_methods")
+    shipped = cli.methods("E1", "E3")
+    rows = cli.candidate_methods(["d960=/runs/d960/final"])
+    assert list(rows) == ["d960:eagle3", "d960:eagle3-chain1"]
+    for name, flags in rows.items():
+        want = shipped[name.split(":")[1]]
+        head = flags.index("--head")
+        assert flags[head + 1] == "/runs/d960/final" and want[head + 1] == "E3"
+        assert flags[:head + 1] + flags[head + 2:] == want[:head + 1] + want[head + 2:]
+    for bad in ("d960", "=/x", "d960=", "a:b=/x"):
+        with pytest.raises(SystemExit, match="LABEL=DIR"):
+            cli.candidate_methods([bad])
+    measured = {"vanilla": (1.0, 1.0, 1.0, 1.0), "eagle3-chain1": (1.2, 1.05, 1.3, 1.5),
+                "d960:eagle3-chain1": (1.5, 1.3, 1.6, 1.6)}  # fmt: skip
+    assert fastest.choose(measured, "r", "T=0")["row"] == "eagle3-chain1"
+
+
 def test_the_sampled_tree_shape_script_measures_tau_and_speed(scripts, tmp_path):
     """benchmarks/sampled_tree_shape.py at its smallest: a τ row per (method, depth, top_k) on
     validation prompts, each within [1, levels + 1] and the mean of its kinds' runs; --speed
