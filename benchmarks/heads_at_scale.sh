@@ -379,7 +379,10 @@ fi
 #    measured beside the shipped head; then steps 9 and 10 as planned. The rebuilt shards
 #    record the target's argmax and logsumexp (docs/distill.md), so the training step reads
 #    the LM head's draft rows only: 1.27x faster on one thread (benchmarks/feature_step.py),
-#    about 1.8 hours where step 8's run took 2.6.
+#    about 1.8 hours where step 8's run took 2.6. Whether to ship it is decided as a user runs
+#    it, beside the shipped head in one rotation, the other runs paused (pkill -STOP):
+#    OPENBLAS_NUM_THREADS=1 python benchmarks/smollm2_cli.py --candidate d960=$S/eagle3-n-d960/final \
+#      --methods eagle3,eagle3-chain1,d960:eagle3,d960:eagle3-chain1 --out docs/results/....json
 if [ "$MODE" = continue ]; then
   { heldout_answers 9; chat_answers chat3 2; shipped_start n 6e04c1e
     train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960
