@@ -67,7 +67,7 @@ if [ "$MODE" = status ]; then
   for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1 "$S"/chat2-T0 "$S"/chat2-T1 "$S"/chat3-T0 "$S"/chat3-T1 "$S"/chat4-T0 "$S"/chat4-T1 "$S"/heldout-val-T0 "$S"/heldout-ood-T0 "$S"/heldout-val-T1 "$S"/heldout-ood-T1; do
     [ -d "$run" ] && echo "$run: $(ls -d "$run"/shard-?????  2>/dev/null | wc -l) shards"
   done
-  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$S"/eagle3-n "$S"/eagle3-n-d960 "$S"/eagle3-m "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
+  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$S"/eagle3-n "$S"/eagle3-n-d960 "$S"/eagle3-n-d1600 "$S"/eagle3-m "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
     [ -f "$run/state/state.json" ] && echo "$run: $(python -c "
 import json, sys
 state = json.load(open(sys.argv[1]))
@@ -383,10 +383,17 @@ fi
 #    it, beside the shipped head in one rotation, the other runs paused (pkill -STOP):
 #    OPENBLAS_NUM_THREADS=1 python benchmarks/smollm2_cli.py --candidate d960=$S/eagle3-n-d960/final \
 #      --methods eagle3,eagle3-chain1,d960:eagle3,d960:eagle3-chain1 --out docs/results/....json
+# 12. Is a longer decay better still? 960 of 3,200 steps beat 320 by about two points (step 8);
+#    the same run decaying over its last 1,600 steps branches from the state the 960-step run
+#    kept at step 1,600 (where the two schedules part; 1,600 steps, about 55 minutes) and is
+#    measured beside it, before chat4 is written: step 10's schedule (its start and decay,
+#    set here by hand: it runs hours later) follows the better one.
 if [ "$MODE" = continue ]; then
   { heldout_answers 9; chat_answers chat3 2; shipped_start n 6e04c1e
     train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960
     measure_chat_head "$S/eagle3-n-d960" n-d960 "shipped=$S/start-eagle3-n"
+    train_chat_head "$S/eagle3-n-d1600" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 1600 n-d1600 "$S/eagle3-n-d960@1600"
+    measure_chat_head "$S/eagle3-n-d1600" n-d1600 "n-d960=$S/eagle3-n-d960/final"
     chat_answers chat4 3
     train_chat_head "$S/eagle3-m" "$S/eagle3-n-d960/final" "$S/chat4-T0 $S/chat4-T1" "--seed 4" 960 m
     measure_chat_head "$S/eagle3-m" m "n-d960=$S/eagle3-n-d960/final"; } \
