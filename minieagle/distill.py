@@ -244,11 +244,16 @@ def decode_batch(target, prompts: list, window_tokens: int, keys, temperature: f
         )  # fmt: skip
         for key in keys:
             hidden[key][:, fed:stop] = to_host(states[key]).astype(np.float16)
-        top[:, fed:stop] = to_host(xp.argmax(logits, axis=-1))
-        lse[:, fed:stop] = to_host(_logsumexp(logits))
+        last = xp.ascontiguousarray(logits[:, -1, :])  # [B, V] (the product's layout is not)
+        if fed == 0:  # the prompt: a row at a time, so the temporaries stay small
+            for b in range(B):
+                top[b, :stop] = to_host(xp.argmax(logits[b], axis=-1))
+                lse[b, :stop] = to_host(_logsumexp(logits[b]))
+        else:
+            top[:, fed], lse[:, fed] = to_host(xp.argmax(last, axis=-1)), to_host(_logsumexp(last))
         if stop == total:
             break
-        ids[:, stop] = sample_rows(to_host(logits[:, -1, :]), temperature, rng)
+        ids[:, stop] = sample_rows(to_host(last), temperature, rng)
         fed, stop = stop, stop + 1
     rows = padding[:, None] + np.arange(W)[None, :]  # [B, W]: each row's window
     windows = np.take_along_axis(ids, rows, axis=1).astype(np.int32)
