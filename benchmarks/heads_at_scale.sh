@@ -67,7 +67,7 @@ if [ "$MODE" = status ]; then
   for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1 "$S"/chat2-T0 "$S"/chat2-T1 "$S"/chat3-T0 "$S"/chat3-T1 "$S"/chat4-T0 "$S"/chat4-T1 "$S"/heldout-val-T0 "$S"/heldout-ood-T0 "$S"/heldout-val-T1 "$S"/heldout-ood-T1; do
     [ -d "$run" ] && echo "$run: $(ls -d "$run"/shard-?????  2>/dev/null | wc -l) shards"
   done
-  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$S"/eagle3-n "$S"/eagle3-n-d960 "$S"/eagle3-n-d1600 "$S"/eagle3-m "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
+  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$S"/eagle3-n "$S"/eagle3-n-d960 "$S"/eagle3-n-d960-ans "$S"/eagle3-n-d1600 "$S"/eagle3-m "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
     [ -f "$run/state/state.json" ] && echo "$run: $(python -c "
 import json, sys
 state = json.load(open(sys.argv[1]))
@@ -388,10 +388,17 @@ fi
 #    kept at step 1,600 (where the two schedules part; 1,600 steps, about 55 minutes) and is
 #    measured beside it, before chat4 is written: step 10's schedule (its start and decay,
 #    set here by hand: it runs hours later) follows the better one.
+# 13. Which rows should the loss count? Every head so far counted every row of a chat window,
+#    the request and passage included; the official EAGLE code counts the assistant's turns
+#    alone (--loss-mask answers, docs/distill.md). The 960-step-decay run again with that mask
+#    (the runs part at step 0: a whole run, about 1.8 hours) into $S/eagle3-n-d960-ans, measured
+#    beside the run with every row; the better mask becomes the default and step 10's.
 if [ "$MODE" = continue ]; then
   { heldout_answers 9; chat_answers chat3 2; shipped_start n 6e04c1e
     train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960
     measure_chat_head "$S/eagle3-n-d960" n-d960 "shipped=$S/start-eagle3-n"
+    train_chat_head "$S/eagle3-n-d960-ans" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3 --loss-mask answers" 960 n-d960-ans
+    measure_chat_head "$S/eagle3-n-d960-ans" n-d960-ans "n-d960=$S/eagle3-n-d960/final"
     train_chat_head "$S/eagle3-n-d1600" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 1600 n-d1600 "$S/eagle3-n-d960@1600"
     measure_chat_head "$S/eagle3-n-d1600" n-d1600 "n-d960=$S/eagle3-n-d960/final"
     chat_answers chat4 3

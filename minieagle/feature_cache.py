@@ -233,6 +233,11 @@ class FeaturePool:
                 hidden[key].append(np.asarray(cache.hidden[key][local], dtype=np.float32))
         return np.stack(windows), {key: np.stack(v) for key, v in hidden.items()}
 
+    def caches_of(self, indices) -> list:
+        """The cache (shard) holding each of pool windows `indices`."""
+        which = np.searchsorted(self.offsets, np.asarray(indices), side="right") - 1
+        return [self.caches[i] for i in which]
+
     def target_stats(self, indices):
         """(TARGET_TOP int64 [B, W], TARGET_LSE float32 [B, W]) of pool windows `indices`, -1
         and NaN in the rows of windows whose shard does not record them; None if no shard of

@@ -73,6 +73,7 @@ RUN_FILE = "eagle_train_config.json"
 BRANCH_FILE = "branched_from.json"  # `branch_from`: the run and step a run started from
 DATA_SOURCES = ("corpus", "generated", "corpus+generated", "features")
 ORDERS = ("random", "pass")
+LOSS_MASKS = ("all", "answers")
 HEADS = ("eagle1", "eagle3", "medusa")
 LM_HEAD_INITS = ("random", "target")
 
@@ -139,6 +140,10 @@ class EagleTrainConfig:
     # answers scored in a chat run (`chat.answer_spans`); keys val_<metric>_<directory name>
     val_features: tuple[str, ...] = ()
     order: str = "random"  # "random" windows per batch, or "pass": each window once per pass
+    # which rows of a chat run's windows the loss counts (data="features"): "all", or "answers",
+    # the rows whose guessed token lies in the target's answer (`chat.answer_label_mask`), as
+    # the official EAGLE code masks all but the assistant's turns; other runs' windows count whole
+    loss_mask: str = "all"
     decay_steps: int = 0  # 0: cosine schedule; > 0: warmup-stable-decay, decaying over these
     keep_states: tuple[int, ...] = ()  # steps whose training state is kept in out_dir/kept/
     until: int = 0  # > 0: stop at this step, saved and resumable, without exporting (a pause)
@@ -242,6 +247,16 @@ class EagleTrainConfig:
             )
         if self.order not in ORDERS:
             raise InvalidInputError(f"order={self.order!r} is not one of {ORDERS}")
+        if self.loss_mask not in LOSS_MASKS:
+            raise InvalidInputError(
+                f"loss_mask={self.loss_mask!r} is not one of {LOSS_MASKS}; pass 'all' or 'answers'"
+            )
+        if self.loss_mask == "answers" and (self.data != "features" or self.head == "medusa"):
+            raise InvalidInputError(
+                f"loss_mask='answers' masks the answers of chat distillation runs for an EAGLE "
+                f"head (data='features'); data={self.data!r}, head={self.head!r} has none: pass "
+                "loss_mask='all'"
+            )
         if not 0 <= self.decay_steps <= self.steps:
             raise InvalidInputError(
                 f"decay_steps={self.decay_steps} must lie in [0, steps={self.steps}] (0 = cosine)"
@@ -435,13 +450,39 @@ def _require_same_target(field: str, entry: str, record: dict, fingerprint: str)
         )
 
 
+def _answer_cue(cfg: EagleTrainConfig, record: dict, tokenizer):
+    """The assistant cue (`chat.assistant_cue`) of a chat distillation run (its distill.json
+    `record`), rendered with the template it was made with; None for any other run."""
+    from minieagle.chat import assistant_cue, load_chat_template
+
+    if record.get("source") != "chat":
+        return None
+    template = load_chat_template(cfg.target, tokenizer, record.get("chat_template") or None)
+    return assistant_cue(tokenizer, template)
+
+
+def _answer_masks(pool: FeaturePool, indices, windows: np.ndarray, cues: dict) -> np.ndarray:
+    """bool [B, L] (`loss_mask="answers"`): for each window of `indices`, the rows whose guessed
+    token lies in the target's answer if its shard belongs to a chat run, else every row. cues:
+    {run directory: its cue or None} (`_answer_cue`)."""
+    from minieagle.chat import answer_label_mask, answer_spans
+
+    W = windows.shape[1]
+    masks = np.ones((len(windows), W - 1), dtype=bool)
+    for i, cache in enumerate(pool.caches_of(indices)):
+        cue = cues[cache.directory.parent.resolve()]
+        if cue is not None:
+            masks[i] = answer_label_mask(*answer_spans(windows[i : i + 1], cue), W)[0]
+    return masks
+
+
 def _held_out_batches(cfg: EagleTrainConfig, recipe, tokenizer, fingerprint: str) -> dict:
     """{name: [(windows, hidden, mask, stats)]} for each run in cfg.val_features: eval_batches x
     batch_size windows evenly spaced through it (fixed for the whole run), as recorded (made
     into batches at each evaluation, one at a time: a real target's logits of one batch take
     hundreds of MB), each batch with its loss mask: the rows whose guessed token is in the
     target's answer (`chat.answer_label_mask`) for a chat run, every row for a corpus run."""
-    from minieagle.chat import answer_label_mask, answer_spans, assistant_cue, load_chat_template
+    from minieagle.chat import answer_label_mask, answer_spans
 
     sets = {}
     for entry in cfg.val_features:
@@ -460,11 +501,7 @@ def _held_out_batches(cfg: EagleTrainConfig, recipe, tokenizer, fingerprint: str
                 f"needs {list(recipe.feature_keys)}; distill it with --keys "
                 f"{','.join(map(str, recipe.feature_keys))}"
             )
-        cue = None
-        if record.get("source") == "chat":  # the template the run rendered its requests with
-            template_file = record.get("chat_template") or None
-            template = load_chat_template(cfg.target, tokenizer, template_file)
-            cue = assistant_cue(tokenizer, template)
+        cue = _answer_cue(cfg, record, tokenizer)
         count = min(len(pool), cfg.eval_batches * cfg.batch_size)
         indices = np.linspace(0, len(pool) - 1, count).round().astype(np.int64)
         batches = []
@@ -525,10 +562,11 @@ class Eagle1Recipe:
         features = hidden["final"]  # [B, L + 1, d]
         return windows[:, 1:], features[:, :-1], features[:, 1:]
 
-    def loss(self, head, batch, rng) -> tuple[float, dict, dict]:
-        """(loss, {name: float} for the progress bar, grads)."""
+    def loss(self, head, batch, rng, mask=None) -> tuple[float, dict, dict]:
+        """(loss, {name: float} for the progress bar, grads); mask bool [B, L]: the rows that
+        count (None: every row)."""
         tokens, features, next_features = batch
-        mask = _all_positions(features)  # plain text: every position is a target
+        mask = _all_positions(features) if mask is None else to_device(mask, features)
         loss, parts, grads = eagle1_loss(
             head, self.head_cfg, self.target_params, tokens, features, next_features, mask,
             p_weight=self.cfg.p_weight, noise=self.cfg.noise, rng=rng,
@@ -701,8 +739,8 @@ class Eagle3Recipe:
             mask, steps=self.cfg.ttt_steps, step_weight=self.cfg.step_weight, grads=grads,
         )  # fmt: skip
 
-    def loss(self, head, batch, rng) -> tuple[float, dict, dict]:
-        loss, parts, grads = self._ttt(head, batch)
+    def loss(self, head, batch, rng, mask=None) -> tuple[float, dict, dict]:
+        loss, parts, grads = self._ttt(head, batch, mask)
         return loss, {"top1": parts["top1"][0], "top1_last": parts["top1"][-1]}, grads
 
     def metrics(self, head, batches: list, masks=None) -> dict:
@@ -784,7 +822,8 @@ def _refuse_other_head(out_dir: Path, record: dict, recipe) -> None:
     (`recipe.identity_fixes`)."""
     recorded = _read_run_record(out_dir / RUN_FILE)
     _refuse_other_target(out_dir, recorded, Path(record["target"]), record["target_fingerprint"])
-    fixes = {"head": "train the {recorded} head there, or pass another --out-dir"}
+    fixes = {"head": "train the {recorded} head there, or pass another --out-dir",
+             "loss_mask": "pass --loss-mask {recorded} to resume it"}  # fmt: skip
     fixes.update(recipe.identity_fixes)
     recorded.setdefault("head", "eagle1")  # run files from before EAGLE-3 trained EAGLE-1 heads
     identity = {key: record[key] for key in fixes}
@@ -881,6 +920,10 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
             recipe.target_batch(chunk) for chunk in np.array_split(windows, cfg.eval_batches)
         ]
     held_out = _held_out_batches(cfg, recipe, tokenizer, weights) if cfg.val_features else {}
+    cues = None  # loss_mask="answers": each training run's assistant cue (None: not a chat run)
+    if cfg.loss_mask == "answers":
+        cues = {run_directory(entry).resolve(): _answer_cue(cfg, run_record(entry), tokenizer)
+                for entry in cfg.features if entry != BLOCK}  # fmt: skip
     if not resume:
         _discard_states(out_dir)
     if (out_dir / BRANCH_FILE).is_file():  # the run it branched from, kept in its record
@@ -928,20 +971,24 @@ def _train_head(cfg: EagleTrainConfig, out_dir: Path, export_dir: Path, resume, 
     orders = {}  # with order="pass": the pool's window order of each pass in use
     stop = min(cfg.until, cfg.steps) if cfg.until else cfg.steps
     while step < stop:
+        mask = None  # every row of the batch counts
         if pool is not None:
             if cfg.order == "pass":
                 indices = _pass_indices(pool, step, cfg.batch_size, cfg.seed, orders)
             else:
                 indices = pool.sample(cfg.batch_size, rng)
             stats = pool.target_stats(indices) if recipe.reads_target_stats else None
-            batch = recipe.batch_from_hidden(*pool.batch(indices), stats)
+            windows, hidden = pool.batch(indices)
+            batch = recipe.batch_from_hidden(windows, hidden, stats)
+            if cues is not None:  # loss_mask="answers"
+                mask = _answer_masks(pool, indices, windows, cues)
         elif cache is None:
             inputs, targets = sample_batch(train_streams, cfg.batch_size, cfg.seq_len, rng)
             windows = np.concatenate([inputs, targets[:, -1:]], axis=1)  # [B, L + 1]
             batch = recipe.target_batch(windows)
         else:
             batch = recipe.batch_from_hidden(*cache.batch(cache.sample(cfg.batch_size, rng)))
-        loss, parts, grads = recipe.loss(head, batch, rng)
+        loss, parts, grads = recipe.loss(head, batch, rng, mask)
         grad_norm = clip_grad_norm(grads, cfg.grad_clip)
         if cfg.decay_steps:
             lr = wsd_lr(step, max_lr=cfg.lr, warmup_steps=cfg.warmup_steps,

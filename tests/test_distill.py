@@ -655,3 +655,58 @@ def test_the_score_cost_script_times_one_held_out_batch_both_ways(held_out_chat,
                           "--repeats", "1"])  # fmt: skip
     assert result["same_loss"] and result["positions"] == 2 * 64
     assert set(result["seconds"]) == {"with backward", "forward only"}
+
+
+@pytest.mark.parametrize("head", ["eagle1", "eagle3"])
+def test_loss_mask_answers_counts_the_answers_of_chat_runs_only(tmp_path, held_out_chat, head):
+    """loss_mask="answers" (the official code's assistant-only mask): each window of a chat run
+    counts the rows whose guessed token is in the target's answer (`chat.answer_label_mask`),
+    a window of any other run every row; a head trained so ends elsewhere than with every row
+    counted, and the run refuses to resume with the other mask."""
+    from minieagle.chat import answer_label_mask, answer_spans, assistant_cue, load_chat_template
+    from minieagle.distill import open_pool
+    from minieagle.train_eagle import _answer_cue, _answer_masks
+
+    root, template = held_out_chat
+    chat = tmp_path / "chat"
+    run_distill(_cfg(tmp_path, "chat", source="chat", window_tokens=65, prompt_tokens=8,
+                     shards=1, shard_windows=4, chat_template=str(template)),
+                progress=False)  # fmt: skip
+    features = (str(root / "train"), str(chat))
+    cfg = _head_cfg(tmp_path / "answers", features, head=head, seq_len=64, steps=3,
+                    decay_steps=1, loss_mask="answers",
+                    lm_head_init="target" if head == "eagle3" else "random")  # fmt: skip
+    params, config, tokenizer = load_checkpoint(SMALL, dtype=np.float32)
+    pool = open_pool(list(features))
+    cues = {Path(f).resolve(): _answer_cue(cfg, json.loads((Path(f) / "distill.json")
+                                                           .read_text()), tokenizer)
+            for f in features}  # fmt: skip
+    assert cues[(root / "train").resolve()] is None
+    indices = [0, 1, len(pool) - 2, len(pool) - 1]  # two corpus windows, two chat windows
+    windows, _ = pool.batch(indices)
+    masks = _answer_masks(pool, indices, windows, cues)
+    cue = assistant_cue(tokenizer, load_chat_template(SMALL, tokenizer, str(template)))
+    assert masks[:2].all()
+    np.testing.assert_array_equal(masks[2:], answer_label_mask(*answer_spans(windows[2:], cue), 65))
+    assert 0 < masks[2:].sum() < masks[2:].size
+
+    train_eagle_head(cfg, progress=False)
+    train_eagle_head(_head_cfg(tmp_path / "all", features, head=head, seq_len=64, steps=3,
+                               decay_steps=1, lm_head_init=cfg.lm_head_init),
+                     progress=False)  # fmt: skip
+    a, b = _final_tensors(tmp_path / "answers"), _final_tensors(tmp_path / "all")
+    assert any(not np.allclose(a[name], b[name]) for name in a)
+    with pytest.raises(InvalidInputError, match="--loss-mask answers"):
+        train_eagle_head(_head_cfg(tmp_path / "answers", features, head=head, seq_len=64,
+                                   steps=4, decay_steps=1, lm_head_init=cfg.lm_head_init),
+                         progress=False)  # fmt: skip
+
+
+def test_loss_mask_answers_needs_recorded_runs_and_an_eagle_head(tmp_path, feature_runs):
+    features = (str(feature_runs / "self"),)
+    with pytest.raises(InvalidInputError, match="'all' or 'answers'"):
+        _head_cfg(tmp_path, features, loss_mask="assistant")
+    with pytest.raises(InvalidInputError, match="loss_mask='all'"):
+        _head_cfg(tmp_path, features, head="medusa", loss_mask="answers")
+    with pytest.raises(InvalidInputError, match="loss_mask='all'"):
+        EagleTrainConfig(loss_mask="answers")

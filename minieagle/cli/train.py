@@ -68,7 +68,7 @@ def _train_eagle_head(args) -> int:
     names += ("head_intermediate_size",)
     names += ("chat_prompts", "prompt_tokens", "cache_features", "max_windows", "medusa_heads")
     names += ("features", "val_features", "order", "decay_steps", "until", "init_from")
-    names += ("keep_states",)
+    names += ("keep_states", "loss_mask")
     fields = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
     if args.medusa_lm_head is not None:
         fields["medusa_own_lm_head"] = args.medusa_lm_head == "own"
@@ -153,6 +153,13 @@ def add_parser(sub) -> None:
         choices=["random", "pass"],
         help="--data features: random windows per batch (default), or pass: every window once "
         "per pass, in a fixed order",
+    )
+    p.add_argument(
+        "--loss-mask",
+        dest="loss_mask",
+        choices=["all", "answers"],
+        help="--data features: the rows of a chat run's windows the loss counts: all (default), "
+        "or answers: the target's answers only, as the official EAGLE code trains",
     )
     p.add_argument(
         "--decay-steps",

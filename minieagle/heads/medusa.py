@@ -273,7 +273,8 @@ class MedusaRecipe:
         features = hidden["final"][:, :-1]  # [B, L, d]
         return features, medusa_labels(windows, self.head_cfg.num_heads)
 
-    def loss(self, head, batch, rng) -> tuple[float, dict, dict]:
+    def loss(self, head, batch, rng, mask=None) -> tuple[float, dict, dict]:
+        """mask: None only (every row; `EagleTrainConfig` refuses loss_mask="answers")."""
         features, labels = batch
         loss, parts, grads = medusa_loss(
             head, self.head_cfg, self.lm_head, features, labels, decay=self.cfg.step_weight
