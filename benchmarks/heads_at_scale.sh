@@ -3,10 +3,11 @@
 # resuming where it stopped. Run it again after any interruption (a session's end, a kill, a
 # reboot): finished steps are skipped, unfinished ones resume from their last shard or save.
 #
-#   bash benchmarks/heads_at_scale.sh          # the runs under way (step 8), what is not running
+#   bash benchmarks/heads_at_scale.sh          # the runs under way (steps 11-13, then 9-10),
+#                                              # what is not running
 #   bash benchmarks/heads_at_scale.sh tiny     # steps 1-2b: the tiny target's runs (finished:
 #                                              # results in docs/results/eagle3-*)
-#   bash benchmarks/heads_at_scale.sh first    # steps 3-7: SmolLM2's heads so far (finished:
+#   bash benchmarks/heads_at_scale.sh first    # steps 3-8: SmolLM2's heads so far (finished:
 #                                              # shipped as minieagle/pretrained/smollm2-*)
 #   bash benchmarks/heads_at_scale.sh status   # where every run stands
 #   bash benchmarks/heads_at_scale.sh snapshot # training states into benchmarks/snapshots/
