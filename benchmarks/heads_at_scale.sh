@@ -283,9 +283,10 @@ shipped_start() {
       fi"
 }
 # train_chat_head DIR START DATA FLAGS DECAY LOG [BRANCH]: head_from_shipped's training
-#   command (the schedule decaying over the last DECAY steps; BRANCH: RUN@STEP to start from).
+#   command (the schedule decaying over the last DECAY steps; BRANCH: RUN@STEP to start from),
+#   with two BLAS threads (THREADS=1 in the caller's environment: one).
 train_chat_head() {
-  echo "[ -f $1/final/model.safetensors ] || OPENBLAS_NUM_THREADS=2 minieagle train eagle3 \
+  echo "[ -f $1/final/model.safetensors ] || OPENBLAS_NUM_THREADS=${THREADS:-2} minieagle train eagle3 \
         --target $M --data features --features $3 --init-from $2 $4 ${7:+--branch-from $7} \
         --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps $5 --lr 3e-3 \
         --warmup-steps 50 --ttt-steps 3 --eval-every 400 --eval-batches 8 --save-every 25 \
@@ -379,8 +380,8 @@ fi
 #    the same schedule as the branch, which matched the 320-step run until step 2,240), and
 #    measured beside the shipped head; then steps 9 and 10 as planned. The rebuilt shards
 #    record the target's argmax and logsumexp (docs/distill.md), so the training step reads
-#    the LM head's draft rows only: 1.27x faster on one thread (benchmarks/feature_step.py),
-#    about 1.8 hours where step 8's run took 2.6. Whether to ship it is decided as a user runs
+#    the LM head's draft rows only: 1.27x faster on one thread (benchmarks/feature_step.py;
+#    3,200 steps of about 3.1 s, 2.8 hours, beside step 13's run). Whether to ship it is decided as a user runs
 #    it, beside the shipped head in one rotation, the other runs paused (pkill -STOP):
 #    OPENBLAS_NUM_THREADS=1 python benchmarks/smollm2_cli.py --candidate d960=$S/eagle3-n-d960/final \
 #      --methods eagle3,eagle3-chain1,d960:eagle3,d960:eagle3-chain1 --out docs/results/....json
@@ -392,13 +393,20 @@ fi
 # 13. Which rows should the loss count? Every head so far counted every row of a chat window,
 #    the request and passage included; the official EAGLE code counts the assistant's turns
 #    alone (--loss-mask answers, docs/distill.md). The 960-step-decay run again with that mask
-#    (the runs part at step 0: a whole run, about 1.8 hours) into $S/eagle3-n-d960-ans, measured
+#    (the runs part at step 0: a whole run) into $S/eagle3-n-d960-ans, measured
 #    beside the run with every row; the better mask becomes the default and step 10's.
+#    Steps 11 and 13 train side by side, one BLAS thread each: two threads make one step only
+#    about 1.6x faster than one (step 3's note), so two runs at one thread each finish sooner
+#    than the same two one after the other at two.
 if [ "$MODE" = continue ]; then
   { heldout_answers 9; chat_answers chat3 2; shipped_start n 6e04c1e
-    train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960
+    echo "{"
+    THREADS=1 train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960
+    echo "} &"; echo "{"
+    THREADS=1 train_chat_head "$S/eagle3-n-d960-ans" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3 --loss-mask answers" 960 n-d960-ans
+    echo "} &"; echo "wait"
+    echo "[ -f $S/eagle3-n-d960/final/model.safetensors ] && [ -f $S/eagle3-n-d960-ans/final/model.safetensors ] || exit 1"
     measure_chat_head "$S/eagle3-n-d960" n-d960 "shipped=$S/start-eagle3-n"
-    train_chat_head "$S/eagle3-n-d960-ans" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3 --loss-mask answers" 960 n-d960-ans
     measure_chat_head "$S/eagle3-n-d960-ans" n-d960-ans "n-d960=$S/eagle3-n-d960/final"
     train_chat_head "$S/eagle3-n-d1600" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 1600 n-d1600 "$S/eagle3-n-d960@1600"
     measure_chat_head "$S/eagle3-n-d1600" n-d1600 "n-d960=$S/eagle3-n-d960/final"
