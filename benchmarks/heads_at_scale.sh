@@ -381,7 +381,7 @@ fi
 #    measured beside the shipped head; then steps 9 and 10 as planned. The rebuilt shards
 #    record the target's argmax and logsumexp (docs/distill.md), so the training step reads
 #    the LM head's draft rows only: 1.27x faster on one thread (benchmarks/feature_step.py;
-#    3,200 steps of about 3.1 s, 2.8 hours, beside step 13's run). Whether to ship it is decided as a user runs
+#    3,200 steps of about 3.6 s, 3.2 hours, beside step 13's run). Whether to ship it is decided as a user runs
 #    it, beside the shipped head in one rotation, the other runs paused (pkill -STOP):
 #    OPENBLAS_NUM_THREADS=1 python benchmarks/smollm2_cli.py --candidate d960=$S/eagle3-n-d960/final \
 #      --methods eagle3,eagle3-chain1,d960:eagle3,d960:eagle3-chain1 --out docs/results/....json
@@ -395,9 +395,10 @@ fi
 #    alone (--loss-mask answers, docs/distill.md). The 960-step-decay run again with that mask
 #    (the runs part at step 0: a whole run) into $S/eagle3-n-d960-ans, measured
 #    beside the run with every row; the better mask becomes the default and step 10's.
-#    Steps 11 and 13 train side by side, one BLAS thread each: two threads make one step only
-#    about 1.6x faster than one (step 3's note), so two runs at one thread each finish sooner
-#    than the same two one after the other at two.
+#    Steps 11 and 13 train side by side, one BLAS thread each: a step with the shards' stats
+#    took 1.96 s [1.91..2.66] at two threads alone, and 3.80 / 3.46 s in two such processes
+#    side by side (`benchmarks/feature_step.py --repeats 3`, 2026-12-04, the rest paused):
+#    two runs side by side finish a little sooner (about 7 %) than one after the other.
 if [ "$MODE" = continue ]; then
   { heldout_answers 9; chat_answers chat3 2; shipped_start n 6e04c1e
     echo "{"
