@@ -35,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from minieagle import model
 from minieagle.bench import machine_info, measure_matmul_peak
 from minieagle.checkpoint import load_checkpoint
 from minieagle.heads import eagle3
@@ -93,7 +94,7 @@ def main(argv=None) -> int:
     for key in recipe.head_cfg.aux_layers:
         hidden[key] *= 3.0  # residual streams
     hidden["final"] *= params["model.norm.weight"]  # after the final norm
-    whole = hidden["final"] @ params["model.embed_tokens.weight"].T  # [B, W, V], tied head
+    whole = hidden["final"] @ model.lm_head_weight(params).T  # [B, W, V]
     peak = np.max(whole, axis=-1, keepdims=True)
     stats = (np.argmax(whole, axis=-1), (np.log(np.exp(whole - peak).sum(-1)) + peak[..., 0]))
     del whole, peak

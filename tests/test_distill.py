@@ -657,6 +657,25 @@ def test_the_score_cost_script_times_one_held_out_batch_both_ways(held_out_chat,
     assert set(result["seconds"]) == {"with backward", "forward only"}
 
 
+def test_the_feature_step_script_times_both_ways_on_the_same_loss(tmp_path, monkeypatch):
+    """benchmarks/feature_step.py at its smallest (the small target and its shipped EAGLE-3
+    head): both ways timed, the same loss, a speedup and an MFU per way."""
+    import importlib
+
+    monkeypatch.syspath_prepend(str(SMALL.parents[2] / "benchmarks"))
+    script = importlib.import_module("feature_step")
+    out = tmp_path / "step.json"
+    assert script.main(["--model", str(SMALL), "--head", str(SMALL.parent / "small-eagle3"),
+                        "--batch-size", "1", "--seq-len", "16", "--ttt-steps", "2",
+                        "--repeats", "1", "--out", str(out)]) == 0  # fmt: skip
+    result = json.loads(out.read_text())
+    losses = list(result["losses"].values())
+    assert len(losses) == 2 and losses[0] == pytest.approx(losses[1], rel=1e-5)
+    for way in result["ways"].values():
+        assert way["seconds"]["median"] > 0 and 0 < way["mfu"]["median"]
+    assert result["speedup"]["median"] > 0 and result["draft_vocab_size"] < result["vocab_size"]
+
+
 @pytest.mark.parametrize("head", ["eagle1", "eagle3"])
 def test_loss_mask_answers_counts_the_answers_of_chat_runs_only(tmp_path, held_out_chat, head):
     """loss_mask="answers" (the official code's assistant-only mask): each window of a chat run
