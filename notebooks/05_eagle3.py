@@ -546,6 +546,33 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
+# Of the target's whole distribution `[B, T, V]` that loss reads only three things: the logits on
+# the draft ids (the labels), the argmax over all V (whether a position counts) and the
+# logsumexp over all V (the target's own probability of a draft id, for the `accept` metric).
+# `eagle3.DraftTargets` holds just those. `minieagle distill` records the argmax and logsumexp
+# at every position as it writes, so a head trained on its shards multiplies the features by the
+# LM head's N draft rows only, not all V rows (docs/distill.md: 1.27x faster on SmolLM2, whose
+# V is 49,152 and N 8,192). The same loss, from the three pieces:
+
+# %%
+final_rows = model.forward(params, config, loss_windows, output_hidden=("final",))[1]
+final = final_rows["final"][:, 1:]  # [B, T, d]: what the target's LM head reads
+lm_head = model.lm_head_weight(params)  # [V, d]
+pieces = eagle3.DraftTargets(
+    logits=final @ lm_head[vocab.ids].T,  # [B, T, N]: the draft rows only
+    top=loss_target.argmax(-1),  # in a shard: recorded
+    lse=np.log(np.exp(loss_target).sum(-1)),  # in a shard: recorded
+)  # fmt: skip
+loss_pieces, parts_pieces, _ = eagle3.ttt_loss(
+    head, head_cfg, params, vocab, loss_windows, loss_fused, pieces,
+    np.ones(loss_target.shape[:2], dtype=bool), steps=7,
+)  # fmt: skip
+print(f"the loss from the whole logits {loss:.6f}, from the three pieces {loss_pieces:.6f}; "
+      f"LM-head rows multiplied: {len(vocab.ids)} instead of {lm_head.shape[0]}")  # fmt: skip
+assert np.isclose(loss, loss_pieces, rtol=1e-9)
+assert np.allclose(parts["accept"], parts_pieces["accept"], rtol=1e-9)
+
+# %% [markdown]
 # ## 5. EAGLE-3 against EAGLE-2, on the same prompts
 #
 # Greedy decoding on held-out prompts (the corpora's test splits) and out-of-domain prompts
