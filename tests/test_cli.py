@@ -167,6 +167,9 @@ def test_bad_sampling_flags_exit_2_with_the_fix(checkpoint, capsys, flags, messa
         (["train", "eagle3", "--branch-from", "runs/long@5", "--no-resume"],
          "--branch-from starts from a kept state and --no-resume"),
         (["train", "eagle3", "--keep-states", "0"], "argument --keep-states: 0 is below 1"),
+        (["train", "target", "--loss-mask", "answers"], "--loss-mask applies to training a head"),
+        (["train", "eagle3", "--loss-mask", "answers"], "loss_mask='answers' masks the answers"),
+        (["train", "eagle3", "--loss-mask", "assistant"], "argument --loss-mask: invalid choice"),
     ],
 )  # fmt: skip
 def test_out_of_range_and_misplaced_flags_exit_2_naming_the_flag(capsys, argv, message):
