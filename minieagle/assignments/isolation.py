@@ -72,11 +72,20 @@ class Outcome:
     log: str = ""
 
 
+# CPython 3.11 keeps the counter `ast.parse` checks its recursion with per interpreter, not per
+# thread: two threads parsing at once (gradings run two at a time in threads) can fail with
+# "SystemError: AST constructor recursion depth mismatch". One parse at a time, `compile` of a
+# source included (it parses too: seen failing in CI on 2026-12-04 when only `ast.parse` was
+# locked).
+_PARSE_LOCK = threading.Lock()
+
+
 def syntax_problem(sources: dict[str, str]) -> str | None:
     """The first syntax error of the submitted {file: source}, with its file and line, or None."""
     for file, source in sources.items():
         try:
-            compile(source, f"submission/{file}", "exec", dont_inherit=True)
+            with _PARSE_LOCK:  # compiling parses too (below)
+                compile(source, f"submission/{file}", "exec", dont_inherit=True)
         except SyntaxError as error:
             line = (error.text or "").strip()
             return (
@@ -94,12 +103,6 @@ def _python_paths() -> list[str]:
     if site.ENABLE_USER_SITE and os.path.isdir(user):
         paths.append(user)
     return [p for p in dict.fromkeys(paths) if os.path.isdir(p)]
-
-
-# CPython 3.11 keeps the counter `ast.parse` checks its recursion with per interpreter, not per
-# thread: two threads parsing at once (gradings run two at a time in threads) can fail with
-# "SystemError: AST constructor recursion depth mismatch". One parse at a time.
-_PARSE_LOCK = threading.Lock()
 
 
 def _modules_used(tests: dict[str, str]) -> list[str]:
