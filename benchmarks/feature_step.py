@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from minieagle import model
+from minieagle import layers, model
 from minieagle.bench import machine_info, measure_matmul_peak
 from minieagle.checkpoint import load_checkpoint
 from minieagle.heads import eagle3
@@ -95,9 +95,8 @@ def main(argv=None) -> int:
         hidden[key] *= 3.0  # residual streams
     hidden["final"] *= params["model.norm.weight"]  # after the final norm
     whole = hidden["final"] @ model.lm_head_weight(params).T  # [B, W, V]
-    peak = np.max(whole, axis=-1, keepdims=True)
-    stats = (np.argmax(whole, axis=-1), (np.log(np.exp(whole - peak).sum(-1)) + peak[..., 0]))
-    del whole, peak
+    stats = (np.argmax(whole, axis=-1), layers.logsumexp(whole))
+    del whole
 
     def step(with_stats: bool) -> float:
         batch = recipe.batch_from_hidden(windows, hidden, stats if with_stats else None)

@@ -66,6 +66,7 @@ from minieagle.feature_cache import (
     key_file_name,
     stats_file_name,
 )
+from minieagle.layers import logsumexp
 
 RUN_FILE = "distill.json"
 FORMAT = "minieagle-distill-1"
@@ -248,9 +249,9 @@ def decode_batch(target, prompts: list, window_tokens: int, keys, temperature: f
         if fed == 0:  # the prompt: a row at a time, so the temporaries stay small
             for b in range(B):
                 top[b, :stop] = to_host(xp.argmax(logits[b], axis=-1))
-                lse[b, :stop] = to_host(_logsumexp(logits[b]))
+                lse[b, :stop] = to_host(logsumexp(logits[b]))
         else:
-            top[:, fed], lse[:, fed] = to_host(xp.argmax(last, axis=-1)), to_host(_logsumexp(last))
+            top[:, fed], lse[:, fed] = to_host(xp.argmax(last, axis=-1)), to_host(logsumexp(last))
         if stop == total:
             break
         ids[:, stop] = sample_rows(to_host(last), temperature, rng)
@@ -262,13 +263,6 @@ def decode_batch(target, prompts: list, window_tokens: int, keys, temperature: f
     recorded[TARGET_LSE] = np.take_along_axis(lse, rows, axis=1)
     sampled = int(np.sum(W - lengths))
     return windows, recorded, sampled
-
-
-def _logsumexp(logits):
-    """log sum_v exp(logits[..., v]), float32, on the logits' array module."""
-    xp = array_module(logits)
-    peak = xp.max(logits, axis=-1, keepdims=True)
-    return (xp.log(xp.sum(xp.exp(logits - peak), axis=-1)) + peak[..., 0]).astype(xp.float32)
 
 
 # ---------------------------------------------------------------------------- prompts

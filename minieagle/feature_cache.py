@@ -220,14 +220,17 @@ class FeaturePool:
     def __len__(self) -> int:
         return self.size
 
-    def batch(self, indices) -> tuple[np.ndarray, dict]:
-        """(windows int64 [B, W], {key: float32 [B, W, d]}) of pool windows `indices`."""
+    def _locate(self, indices) -> list[tuple[FeatureCache, int]]:
+        """(the cache holding it, its index there) for each of pool windows `indices`."""
         indices = np.asarray(indices)
         which = np.searchsorted(self.offsets, indices, side="right") - 1
+        return [(self.caches[c], int(i - self.offsets[c]))
+                for i, c in zip(indices, which, strict=True)]  # fmt: skip
+
+    def batch(self, indices) -> tuple[np.ndarray, dict]:
+        """(windows int64 [B, W], {key: float32 [B, W, d]}) of pool windows `indices`."""
         windows, hidden = [], {key: [] for key in self.keys}
-        for i, cache_index in enumerate(which):
-            cache = self.caches[cache_index]
-            local = int(indices[i] - self.offsets[cache_index])
+        for cache, local in self._locate(indices):
             windows.append(np.asarray(cache.windows[local], dtype=np.int64))
             for key in self.keys:
                 hidden[key].append(np.asarray(cache.hidden[key][local], dtype=np.float32))
@@ -235,8 +238,7 @@ class FeaturePool:
 
     def caches_of(self, indices) -> list:
         """The cache (shard) holding each of pool windows `indices`."""
-        which = np.searchsorted(self.offsets, np.asarray(indices), side="right") - 1
-        return [self.caches[i] for i in which]
+        return [cache for cache, _ in self._locate(indices)]
 
     def target_stats(self, indices):
         """(TARGET_TOP int64 [B, W], TARGET_LSE float32 [B, W]) of pool windows `indices`, -1
@@ -244,14 +246,11 @@ class FeaturePool:
         the pool does."""
         if not any(set(TARGET_STATS) <= set(c.stats) for c in self.caches):
             return None
-        indices = np.asarray(indices)
-        which = np.searchsorted(self.offsets, indices, side="right") - 1
-        top = np.full((len(indices), self.window_tokens), -1, dtype=np.int64)
-        lse = np.full((len(indices), self.window_tokens), np.nan, dtype=np.float32)
-        for i, cache_index in enumerate(which):
-            cache = self.caches[cache_index]
+        located = self._locate(indices)
+        top = np.full((len(located), self.window_tokens), -1, dtype=np.int64)
+        lse = np.full((len(located), self.window_tokens), np.nan, dtype=np.float32)
+        for i, (cache, local) in enumerate(located):
             if set(TARGET_STATS) <= set(cache.stats):
-                local = int(indices[i] - self.offsets[cache_index])
                 top[i] = cache.stats[TARGET_TOP][local]
                 lse[i] = cache.stats[TARGET_LSE][local]
         return top, lse

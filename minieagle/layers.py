@@ -170,6 +170,13 @@ def log_softmax(logits):
     return shifted
 
 
+def logsumexp(logits):
+    """log sum_v exp(logits[..., v]) over the last axis, stable (the max taken out first)."""
+    xp = array_module(logits)
+    peak = xp.max(logits, axis=-1, keepdims=True)
+    return xp.log(xp.sum(xp.exp(logits - peak), axis=-1)) + peak[..., 0]
+
+
 def softmax(logits):
     """Softmax over the last axis: exp(log_softmax(logits)) with one exp instead of two."""
     return log_softmax_and_softmax(logits)[1]

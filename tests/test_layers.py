@@ -343,3 +343,15 @@ def test_log_softmax_is_stable_and_normalised():
     np.testing.assert_allclose(logp[1], -math.log(3), rtol=1e-14)
     shifted = logits[2] - logits[2].max()
     np.testing.assert_allclose(logp[2], shifted - np.log(np.exp(shifted).sum()), rtol=1e-13)
+
+
+def test_logsumexp_is_stable_and_exact():
+    """layers.logsumexp over the last axis equals log(sum(exp)) where that is finite, and stays
+    finite where it overflows (logits of 1,000: a naive sum is inf)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4, 50)) * 5
+    np.testing.assert_allclose(layers.logsumexp(x), np.log(np.exp(x).sum(-1)), rtol=1e-12)
+    big = x + 1000.0
+    with np.errstate(over="ignore"):
+        assert np.isinf(np.log(np.exp(big).sum(-1))).all()  # what the max taken out avoids
+    np.testing.assert_allclose(layers.logsumexp(big), layers.logsumexp(x) + 1000.0, rtol=1e-12)

@@ -781,12 +781,10 @@ class DraftTargets:
 def draft_targets(target_logits, vocab: DraftVocab) -> DraftTargets:
     """The `DraftTargets` of whole logits [B, T, V] (V = vocab.target_vocab_size)."""
     xp = array_module(target_logits)
-    peak = xp.max(target_logits, axis=-1, keepdims=True)
-    lse = xp.log(xp.sum(xp.exp(target_logits - peak), axis=-1)) + peak[..., 0]
     return DraftTargets(
         logits=xp.take(target_logits, vocab.ids, axis=-1),
         top=xp.argmax(target_logits, axis=-1),
-        lse=lse,
+        lse=layers.logsumexp(target_logits),
     )
 
 
