@@ -388,8 +388,9 @@ def test_cli_releases_a_student_edition(tmp_path, capsys):
     assert "choose from" in capsys.readouterr().err
 
 
-def _parse_in_threads(parse, source: str, rounds: int = 80) -> int:
-    """SystemErrors raised by `parse(source)` from three threads at once, while a fourth makes
+def _parse_in_threads(parses, source: str, rounds: int = 80) -> int:
+    """SystemErrors raised by `parse(source)` from three threads at once (thread i calls
+    `parses[i % len(parses)]`), while a fourth makes
     garbage whose finalizers let the threads switch in the middle of a parse, switching as often
     as the interpreter can."""
     import threading
@@ -400,7 +401,7 @@ def _parse_in_threads(parse, source: str, rounds: int = 80) -> int:
         def __del__(self):
             pass
 
-    def work():
+    def work(parse):
         for _ in range(rounds):
             try:
                 parse(source)
@@ -415,7 +416,9 @@ def _parse_in_threads(parse, source: str, rounds: int = 80) -> int:
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     try:
-        threads = [threading.Thread(target=work) for _ in range(3)]
+        threads = [
+            threading.Thread(target=work, args=(parses[i % len(parses)],)) for i in range(3)
+        ]
         threads.append(threading.Thread(target=churn))
         for thread in threads:
             thread.start()
@@ -429,13 +432,21 @@ def _parse_in_threads(parse, source: str, rounds: int = 80) -> int:
 def test_gradings_in_threads_parse_the_tests_one_at_a_time():
     """The tests grade two submissions at a time in threads; CPython 3.11's `ast.parse` is not
     safe in two threads at once (a shared recursion counter: "AST constructor recursion depth
-    mismatch", seen in CI), so the grader parses under a lock. Without it the same stress
-    fails on 3.11 (checked below where the interpreter has the bug)."""
+    mismatch", seen in CI), so every parse the grader makes (the submission's syntax check, the
+    tests' imports, the graded functions of the library) goes through one lock. Without it the
+    same stress fails on 3.11, and so does locking only some of the parses (checked below where
+    the interpreter has the bug: CI failed so on 2026-12-04)."""
     import ast
 
-    from minieagle.assignments import isolation
+    from minieagle.assignments import isolation, runner
 
     source = (grader.HERE / "verifier" / "instructor" / "test_hidden.py").read_text() * 3
-    assert _parse_in_threads(lambda s: isolation._modules_used({"t": s}), source) == 0
-    if sys.version_info < (3, 12):  # the stress does reach the bug: plain parsing fails
-        assert _parse_in_threads(ast.parse, source) > 0
+    grader_parses = [
+        lambda s: isolation._modules_used({"t": s}),
+        lambda s: runner.graded_functions({"t.py": s}, "verifier"),
+        lambda s: isolation.syntax_problem({"t.py": s}),
+    ]
+    assert _parse_in_threads(grader_parses, source) == 0
+    if sys.version_info < (3, 12):  # the stress does reach the bug
+        assert _parse_in_threads([ast.parse], source) > 0
+        assert _parse_in_threads([runner.parse, ast.parse], source) > 0

@@ -72,19 +72,11 @@ class Outcome:
     log: str = ""
 
 
-# CPython 3.11 keeps the counter `ast.parse` checks its recursion with per interpreter, not per
-# thread: two threads parsing at once (gradings run two at a time in threads) can fail with
-# "SystemError: AST constructor recursion depth mismatch". One parse at a time, `compile` of a
-# source included (it parses too: seen failing in CI on 2026-12-04 when only `ast.parse` was
-# locked).
-_PARSE_LOCK = threading.Lock()
-
-
 def syntax_problem(sources: dict[str, str]) -> str | None:
     """The first syntax error of the submitted {file: source}, with its file and line, or None."""
     for file, source in sources.items():
         try:
-            with _PARSE_LOCK:  # compiling parses too (below)
+            with runner.PARSE_LOCK:  # compiling parses too (one at a time: runner.parse)
                 compile(source, f"submission/{file}", "exec", dont_inherit=True)
         except SyntaxError as error:
             line = (error.text or "").strip()
@@ -109,8 +101,7 @@ def _modules_used(tests: dict[str, str]) -> list[str]:
     """The minieagle modules the tests import (and minieagle.testing), in a stable order."""
     names = {"minieagle.testing", "minieagle.gradcheck"}
     for source in tests.values():
-        with _PARSE_LOCK:
-            tree = ast.parse(source)
+        tree = runner.parse(source)
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("minieagle"):
                 names.add(node.module)

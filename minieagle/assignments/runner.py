@@ -36,6 +36,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import types
 
@@ -49,6 +50,20 @@ _CHILD_BOOT = (
     "import sys; sys.path[:0] = sys.argv[1:2]; sys.path += sys.argv[2:]; "
     "from minieagle.assignments import harness; harness.main()"
 )
+
+
+# CPython 3.11 keeps the counter its AST constructor checks recursion with per interpreter, not
+# per thread: two threads parsing at once (the grader runs two gradings at a time in threads) can
+# fail with "SystemError: AST constructor recursion depth mismatch", and the thread that fails
+# need not be the one that parsed without care. So every parse the grader makes goes through
+# `parse`, one at a time (CI failed twice on 2026-12-04 while one parse was left outside).
+PARSE_LOCK = threading.Lock()
+
+
+def parse(source: str) -> ast.Module:
+    """`ast.parse(source)`, one thread at a time in this interpreter (see PARSE_LOCK)."""
+    with PARSE_LOCK:
+        return ast.parse(source)
 
 
 def graded_functions(sources: dict[str, str], name: str) -> list[tuple[str, str]]:
@@ -67,7 +82,7 @@ def graded_functions(sources: dict[str, str], name: str) -> list[tuple[str, str]
     for file, source in sources.items():
         lines = {r.begin + 1 for r in solutions.regions(source, file) if r.name == name}
         module = "minieagle." + file.removesuffix(".py").replace("/", ".")
-        visit(ast.parse(source), module, "", lines)
+        visit(parse(source), module, "", lines)
     return found
 
 
