@@ -53,7 +53,8 @@ always a candidate, so sized automatically a drafter is never expected to be slo
 
 `auto_size` caches the result per machine, package version, target, head and sampling setting
 (~/.cache/minieagle/sizing/, override with MINIEAGLE_CACHE): the measurements take about 20 s
-per head and setting for the shipped models, once; then the sizes load instantly.
+per head and setting for the tiny model, 45-65 s for SmolLM2 on a 2-core CPU, once; then the
+sizes load instantly.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ from minieagle.errors import InvalidInputError
 from minieagle.sampling import SamplingParams, setting_name
 from minieagle.tree import children, depths
 
-SIZING_VERSION = 22  # bump when the code's costs change: cached sizes are then measured again
+SIZING_VERSION = 23  # bump when the code's costs change: cached sizes are then measured again
 CANDIDATE_TOP_K = (1, 2, 4, 8)
 MAX_DEPTH = 7  # expansion steps of the calibration runs: trees up to 8 drafts deep
 WHOLE_CHAINS = (1, 2, 3, 4)  # chains of these many drafts are also timed whole (`cycle_ms`)
@@ -94,6 +95,10 @@ VERIFY_SIZES = (1, 2, 4, 8, 16, 32, 64)  # verify(N) measured here, interpolated
 CALIBRATION_NODES = 26  # the calibration runs' trees (a chain: depth + 1 nodes)
 SIZING_SECONDS = 30.0  # auto_size's time budget for measuring (docs/speed.md)
 MIN_CYCLES = 4  # drafting cycles a calibration run records, even past its time share
+# ... and the chain's run (top_k = 1): its τ̂ decides whether any draft pays on a CPU, and 4
+# cycles left it off by 0.6 (SmolLM2, EAGLE-1 head, T = 1: τ̂ 2.27 for a chain of two drafts
+# that decoded at 1.61, and the drafter ran 6 % slower than vanilla; docs/speed.md)
+MIN_CHAIN_CYCLES = 48
 SIZING_PROMPTS = 4  # calibration prompts per kind (prose, code): twice the records of 2
 
 
@@ -363,8 +368,9 @@ def calibration_run(
     Returns a `CalibrationRun`: the pools, the `PathAcceptance` fitted on every verified
     node, the median propose and level ms, and each cycle's loop ms. deadline: a
     `time.perf_counter()` time after which decoding stops, once MIN_CYCLES cycles are
-    recorded; on_cycle: called after every cycle (a progress bar); time_vanilla: also time a
-    vanilla step after each prompt (`_vanilla_ms`; not needed where the step is known)."""
+    recorded (MIN_CHAIN_CYCLES for top_k = 1); on_cycle: called after every cycle (a progress
+    bar); time_vanilla: also time a vanilla step after each prompt (`_vanilla_ms`; not needed
+    where the step is known)."""
     from minieagle.generate import generate
 
     pools, records, node_depths, propose, level, loops, forwards = [], [], [], [], [], [], []
@@ -372,13 +378,14 @@ def calibration_run(
     make = tree_drafter(target, config, head, head_cfg, vocab, top_k, depth, sampled_tree,
                         calibration)  # fmt: skip
     timed = _TimedTarget(inference.prepare(target, config))
+    least = MIN_CHAIN_CYCLES if top_k == 1 else MIN_CYCLES
     for i, (_, ids) in enumerate(prompts):
         drafter, earlier = _TimedDrafter(make(), timed), len(pools)
 
         def cycle_done(_tokens, drafter=drafter, earlier=earlier):
             if on_cycle is not None:
                 on_cycle()
-            enough = earlier + len(drafter.pools) >= MIN_CYCLES and len(drafter.propose_ms) > 1
+            enough = earlier + len(drafter.pools) >= least and len(drafter.propose_ms) > 1
             if deadline is not None and enough and time.perf_counter() > deadline:
                 raise _OutOfTime
 
@@ -694,7 +701,8 @@ def measure_sizing(
     """Every measurement the choice needs, as plain JSON-ready data: verify ms by N (measured
     at VERIFY_SIZES, interpolated between), the loop overhead, draft ms by (k, d), and τ̂ by
     (k, d, N) from one calibration run per top_k. budget_s: stop the calibration runs when
-    about that many seconds have passed (each keeps MIN_CYCLES cycles); None: decode every
+    about that many seconds have passed (each keeps MIN_CYCLES cycles, the chain's
+    MIN_CHAIN_CYCLES); None: decode every
     prompt to new_tokens. progress: announce the measuring on stderr at once (one line), then
     a progress bar in seconds of the budget where stderr is a terminal. calibration: the map
     the drafter ranks by (a `Calibration` for this setting, or None). costs: (verify_ms,
@@ -1013,8 +1021,11 @@ def auto_size(target, config, head, head_cfg, vocab, sampling: SamplingParams, p
         measured = None if path is None else _read_cache(path, setting, expected, scored)
         if measured is None:
             share = None
-            if budget_s is not None:  # what is left of the budget, shared by the trees left
-                share = max(0.0, budget_s - (time.perf_counter() - start)) / (len(trees) - i)
+            if budget_s is not None:  # what is left of the budget, shared by the trees left,
+                # and never less than an equal share: the first tree's runs can overrun theirs
+                # (each keeps its least cycles), which once left the second 4 cycles a top_k
+                left = max(0.0, budget_s - (time.perf_counter() - start)) / (len(trees) - i)
+                share = max(left, budget_s / len(trees))
             measured = measure_sizing(target, config, head, head_cfg, vocab, prompts, sampling,
                                       candidate_top_k=candidates, max_depth=max_depth,
                                       progress=progress, sampled_tree=tree,

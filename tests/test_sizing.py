@@ -668,6 +668,19 @@ def test_a_calibration_run_past_its_deadline_stops_after_min_cycles():
     assert len(run().pools) > sizing.MIN_CYCLES
 
 
+def test_the_chains_calibration_run_keeps_more_cycles_past_its_deadline(monkeypatch):
+    """The chain's run (top_k = 1) decides whether any draft pays on a CPU: past its deadline
+    it still records MIN_CHAIN_CYCLES cycles (4 once left SmolLM2's τ̂ off by 0.6), the other
+    top_k MIN_CYCLES."""
+    monkeypatch.setattr(sizing, "MIN_CHAIN_CYCLES", 9)
+    run = functools.partial(
+        sizing.calibration_run, TARGET, CONFIG, HEAD, HEAD_CFG, None, MEASURE_PROMPTS,
+        SamplingParams(), depth=2, new_tokens=24, deadline=0.0,
+    )  # fmt: skip
+    assert len(run(1).pools) == 9
+    assert len(run(2).pools) == sizing.MIN_CYCLES
+
+
 def _timed_decoding(slow_accept_ms: float = 0.0):
     """Decode PROMPT with a chain drafter behind a `_Stopwatch` against a `_TimedTarget`
     (the drafter's accept made slower by slow_accept_ms): (result, stopwatch)."""
@@ -1262,7 +1275,7 @@ def _check_tree_choice(auto, calls, folder) -> None:
         assert [c["sampled_tree"] for c in calls] == [False, True], "both trees are measured"
         assert calls[0]["costs"] is None and calls[1]["costs"] is not None
         half = sizing.SIZING_SECONDS / 2  # the first tree gets half, the second what is left
-        assert calls[0]["budget_s"] <= half < calls[1]["budget_s"] <= sizing.SIZING_SECONDS
+        assert calls[0]["budget_s"] <= half <= calls[1]["budget_s"] <= sizing.SIZING_SECONDS
         assert chosen.sampled_tree is want, f"sampled gain {gain}: kept the slower tree"
         assert chosen.setting == ("T=1,sampled" if want else "T=1")
         assert chosen.alternative["sampled_tree"] is (not want)
@@ -1277,6 +1290,17 @@ def _check_tree_choice(auto, calls, folder) -> None:
 
 def test_at_t1_both_trees_are_sized_and_the_faster_kept(both_trees):
     _check_tree_choice(*both_trees)
+
+
+def test_the_second_tree_keeps_half_the_budget_when_the_first_overruns(both_trees, monkeypatch):
+    """The first tree's runs may overrun their share (each keeps its least cycles, the chains
+    are timed whole): the second tree still gets half of the budget, not what is left (once
+    nothing, and its sizes came from 4 cycles a top_k)."""
+    auto, calls, _ = both_trees
+    clock = iter([0.0, 1000.0])  # the first tree took 1,000 s
+    monkeypatch.setattr(sizing.time, "perf_counter", lambda: next(clock, 1000.0))
+    auto(3.0)
+    assert [c["budget_s"] for c in calls] == [sizing.SIZING_SECONDS / 2] * 2
 
 
 def test_tree_choice_checker_catches_a_sizing_that_keeps_the_first_tree(both_trees, monkeypatch):
