@@ -781,8 +781,8 @@ plt.show()
 # 60-180 times further out in data, hundreds of hours of this machine. At today's cost the
 # dashed line is what 1.3x needs: the wider head (the star) clears it on these held-out answers,
 # and in decoding, on the six requests of `smollm2_cli.py`, its first draft is accepted half the
-# time (τ 1.50), so the chain runs near 1.3x: 1.29x, 1.34x, 1.29x and 1.39x in the runs of
-# 2026-12-03 and 2026-12-04, the machine's memory speed moving it. Widening the head's MLP moved
+# time (τ 1.50), so the chain runs near 1.3x: 1.29x, 1.34x, 1.29x, 1.39x and 1.35x in the runs
+# of 2026-12-03 and 2026-12-04, the machine's memory speed moving it. Widening the head's MLP moved
 # it about as much as a doubling of data. On a GPU, where section 5's curve is flat, the
 # 26-node tree's τ of 2.5 would already pay.
 
