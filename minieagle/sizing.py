@@ -86,7 +86,7 @@ from minieagle.errors import InvalidInputError
 from minieagle.sampling import SamplingParams, setting_name
 from minieagle.tree import children, depths
 
-SIZING_VERSION = 23  # bump when the code's costs change: cached sizes are then measured again
+SIZING_VERSION = 24  # bump when the code's costs change: cached sizes are then measured again
 CANDIDATE_TOP_K = (1, 2, 4, 8)
 MAX_DEPTH = 7  # expansion steps of the calibration runs: trees up to 8 drafts deep
 WHOLE_CHAINS = (1, 2, 3, 4)  # chains of these many drafts are also timed whole (`cycle_ms`)
@@ -368,7 +368,8 @@ def calibration_run(
     Returns a `CalibrationRun`: the pools, the `PathAcceptance` fitted on every verified
     node, the median propose and level ms, and each cycle's loop ms. deadline: a
     `time.perf_counter()` time after which decoding stops, once MIN_CYCLES cycles are
-    recorded (MIN_CHAIN_CYCLES for top_k = 1); on_cycle: called after every cycle (a progress
+    recorded (MIN_CHAIN_CYCLES for top_k = 1, whose run spreads its time and cycles equally
+    over the prompts); on_cycle: called after every cycle (a progress
     bar); time_vanilla: also time a vanilla step after each prompt (`_vanilla_ms`; not needed
     where the step is known)."""
     from minieagle.generate import generate
@@ -379,14 +380,25 @@ def calibration_run(
                         calibration)  # fmt: skip
     timed = _TimedTarget(inference.prepare(target, config))
     least = MIN_CHAIN_CYCLES if top_k == 1 else MIN_CYCLES
+    # The chain's run, bounded, gives every prompt an equal share of its time and of its least
+    # cycles: decoded one after another to new_tokens, its 48 cycles had read only the first
+    # one or two prompts (SmolLM2: τ̂ 1.32 where 134 cycles over four prompts read 1.43). The
+    # other top_k keep their prompts in turn: a prompt's prefill (~0.4 s on SmolLM2) would
+    # take most of their share.
+    spread = deadline is not None and top_k == 1
     for i, (_, ids) in enumerate(prompts):
         drafter, earlier = _TimedDrafter(make(), timed), len(pools)
+        stop, floor = deadline, least
+        if spread:
+            now, left = time.perf_counter(), len(prompts) - i
+            stop = now + max(0.0, deadline - now) / left
+            floor = earlier + -(-max(0, least - earlier) // left)  # ceil: the rest, shared
 
-        def cycle_done(_tokens, drafter=drafter, earlier=earlier):
+        def cycle_done(_tokens, drafter=drafter, earlier=earlier, stop=stop, floor=floor):
             if on_cycle is not None:
                 on_cycle()
-            enough = earlier + len(drafter.pools) >= least and len(drafter.propose_ms) > 1
-            if deadline is not None and enough and time.perf_counter() > deadline:
+            enough = earlier + len(drafter.pools) >= floor and len(drafter.propose_ms) > 1
+            if stop is not None and enough and time.perf_counter() > stop:
                 raise _OutOfTime
 
         try:
@@ -404,9 +416,9 @@ def calibration_run(
         loops += drafter.loops()
         rows += drafter.rows()
         forwards += drafter.forwards()
-        if time_vanilla:
+        if time_vanilla and not (spread and len(vanilla) >= 2):  # a spread run: two suffice
             vanilla.append(_vanilla_ms(target, config, ids, sampling, seed + i))
-        if out_of_time:
+        if out_of_time and not spread:
             break
     on_path = PathAcceptance(
         records, node_depths, setting_name(sampling, sampled_tree=sampled_tree)

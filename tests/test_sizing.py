@@ -670,15 +670,27 @@ def test_a_calibration_run_past_its_deadline_stops_after_min_cycles():
 
 def test_the_chains_calibration_run_keeps_more_cycles_past_its_deadline(monkeypatch):
     """The chain's run (top_k = 1) decides whether any draft pays on a CPU: past its deadline
-    it still records MIN_CHAIN_CYCLES cycles (4 once left SmolLM2's τ̂ off by 0.6), the other
-    top_k MIN_CYCLES."""
+    it still records MIN_CHAIN_CYCLES cycles (4 once left SmolLM2's τ̂ off by 0.6), shared
+    over every prompt (48 decoded in turn had read one or two of 8); the other top_k
+    MIN_CYCLES, from the first prompt."""
     monkeypatch.setattr(sizing, "MIN_CHAIN_CYCLES", 9)
+    made = []
+    tree_drafter = sizing.tree_drafter
+
+    def counting(*args, **kwargs):
+        make = tree_drafter(*args, **kwargs)
+        return lambda: made.append(1) or make()
+
+    monkeypatch.setattr(sizing, "tree_drafter", counting)
     run = functools.partial(
         sizing.calibration_run, TARGET, CONFIG, HEAD, HEAD_CFG, None, MEASURE_PROMPTS,
         SamplingParams(), depth=2, new_tokens=24, deadline=0.0,
     )  # fmt: skip
-    assert len(run(1).pools) == 9
-    assert len(run(2).pools) == sizing.MIN_CYCLES
+    chain = run(1)
+    assert len(chain.pools) == 9 and len(made) == len(MEASURE_PROMPTS) == 2, "every prompt"
+    assert len(chain.vanilla_ms) == 2
+    made.clear()
+    assert len(run(2).pools) == sizing.MIN_CYCLES and len(made) == 1
 
 
 def _timed_decoding(slow_accept_ms: float = 0.0):
