@@ -311,6 +311,17 @@ measure_chat_head() {
         --methods eagle3,eagle3-60,eagle3-chain1,eagle3-chain3 --no-cost-curve --repeats 1 \
         --out $S/e3-$2-tau.json >$S/methods-$2.log 2>&1"
 }
+# cli_candidates TAG "LABEL=DIR ...": the ship decision's measurement, run alone in the queue (the
+#   machine otherwise quiet): the fixed chain of one draft, --method auto's choice for SmolLM2,
+#   of the shipped head and of each candidate, side by side from the command line
+#   (benchmarks/smollm2_cli.py, about 10 minutes) into $S/cli-candidates-TAG.json.
+cli_candidates() {
+  local flags="" methods="eagle3-chain1" c
+  for c in $2; do flags="$flags --candidate $c"; methods="$methods,${c%%=*}:eagle3-chain1"; done
+  echo "[ -f $S/cli-candidates-$1.json ] || OPENBLAS_NUM_THREADS=1 python \
+        benchmarks/smollm2_cli.py --model $M$flags --methods $methods \
+        --out $S/cli-candidates-$1.json >$S/cli-candidates-$1.log 2>&1"
+}
 # head_decayed_longer TAG DECAY DATA [FLAGS]: $S/eagle3-TAG's run with its schedule decaying over
 #   the last DECAY steps instead of 320, branched from the state it kept at 3,200 - DECAY (the
 #   two runs are identical until then) into $S/eagle3-TAG-dDECAY; measured as head_from_shipped
@@ -411,6 +422,7 @@ if [ "$MODE" = continue ]; then
     echo "[ -f $S/eagle3-n-d960/final/model.safetensors ] && [ -f $S/eagle3-n-d960-ans/final/model.safetensors ] || exit 1"
     measure_chat_head "$S/eagle3-n-d960" n-d960 "shipped=$S/start-eagle3-n"
     measure_chat_head "$S/eagle3-n-d960-ans" n-d960-ans "n-d960=$S/eagle3-n-d960/final"
+    cli_candidates n "d960=$S/eagle3-n-d960/final ans=$S/eagle3-n-d960-ans/final"
     train_chat_head "$S/eagle3-n-d1600" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 1600 n-d1600 "$S/eagle3-n-d960@1600"
     measure_chat_head "$S/eagle3-n-d1600" n-d1600 "n-d960=$S/eagle3-n-d960/final"
     chat_answers chat4 3 64
