@@ -369,9 +369,9 @@ def calibration_run(
     node, the median propose and level ms, and each cycle's loop ms. deadline: a
     `time.perf_counter()` time after which decoding stops, once MIN_CYCLES cycles are
     recorded (MIN_CHAIN_CYCLES for top_k = 1, whose run spreads its time and cycles equally
-    over the prompts); on_cycle: called after every cycle (a progress
-    bar); time_vanilla: also time a vanilla step after each prompt (`_vanilla_ms`; not needed
-    where the step is known)."""
+    over the prompts); on_cycle: called after every cycle (a progress bar); time_vanilla: also
+    time a vanilla step after each prompt (`_vanilla_ms`; not needed where the step is known;
+    a spread run times it after its first two prompts)."""
     from minieagle.generate import generate
 
     pools, records, node_depths, propose, level, loops, forwards = [], [], [], [], [], [], []
