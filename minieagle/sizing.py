@@ -1287,7 +1287,8 @@ class _Clock:
             return
         from tqdm import tqdm
 
-        about = f"about {budget_s:.0f} s" if budget_s else "a few generations"
+        about = (f"about {budget_s:.0f} s, more on a large model (its least cycles run past "
+                 "the budget)") if budget_s else "a few generations"  # fmt: skip
         print(
             f"[sizing the draft tree for this machine: measuring for {about}, once (the sizes "
             "are cached); fixed sizes skip it: --total-tokens N --depth D --tree-top-k K]",
