@@ -781,10 +781,53 @@ plt.show()
 # 60-180 times further out in data, hundreds of hours of this machine. At today's cost the
 # dashed line is what 1.3x needs: the wider head (the star) clears it on these held-out answers,
 # and in decoding, on the six requests of `smollm2_cli.py`, its first draft is accepted half the
-# time (τ 1.50), so the chain runs near 1.3x: 1.29x, 1.34x, 1.29x, 1.39x and 1.35x in the runs
-# of 2026-12-03 and 2026-12-04, the machine's memory speed moving it. Widening the head's MLP moved
-# it about as much as a doubling of data. On a GPU, where section 5's curve is flat, the
+# time (τ 1.50), so the chain runs near 1.3x: 1.29x, 1.34x, 1.29x, 1.39x, 1.35x and 1.27x in the
+# runs of 2026-12-03 and 2026-12-04, the machine's memory speed moving it. Widening the head's MLP
+# moved it about as much as a doubling of data. On a GPU, where section 5's curve is flat, the
 # 26-node tree's τ of 2.5 would already pay.
+
+# %% [markdown]
+# One run is not the measure: the machine is shared and its memory speed moves from day to day.
+# Every command-line run since the decoding code last changed (`benchmarks/smollm2_cli.py`, 12
+# pairs of side-by-side decodings per row), the chain of one draft fixed and `--method eagle3`
+# as sized, median and [min..max]. Read as they are:
+
+# %%
+runs = ["smollm2-cli-against-blocks.json", "smollm2-cli-threshold.json",
+        "smollm2-cli-2026-12-04-noon.json", "smollm2-cli.json",
+        "smollm2-cli-sizing-spread.json"]  # fmt: skip
+fig, axes = plt.subplots(1, 2, figsize=(9, 3.5), sharey=True)
+for ax, setting in zip(axes, ("T=0", "T=1"), strict=True):
+    for offset, (row, label) in enumerate((("eagle3-chain1", "chain of one, fixed"),
+                                           ("eagle3", "--method eagle3, sized"))):  # fmt: skip
+        xs, mid, low, high = [], [], [], []
+        for i, name in enumerate(runs):
+            table = json.loads((results_dir / name).read_text())[setting]
+            if row in table:
+                r = table[row]
+                xs.append(i + 0.15 * offset)
+                mid.append(r["speedup_median"])
+                low.append(r["speedup_median"] - r["speedup_min"])
+                high.append(r["speedup_max"] - r["speedup_median"])
+        ax.errorbar(xs, mid, yerr=[low, high], fmt="o", capsize=3, label=label)
+    ax.axhline(1.3, color="grey", ls="--", lw=1)
+    ax.axhline(1.0, color="k", lw=0.5)
+    ax.set_xticks(range(len(runs)), ["12-03 a", "12-03 b", "12-04 noon", "12-04 eve", "12-04 late"],
+                  fontsize=7)  # fmt: skip
+    ax.set_title(f"SmolLM2 from the command line, {setting}")
+axes[0].set_ylabel("speedup over vanilla")
+axes[0].legend(fontsize=7)
+plt.tight_layout()
+plt.show()
+best = [max(r["speedup_median"] for r in json.loads((results_dir / n).read_text())["T=0"].values())
+        for n in runs]  # fmt: skip
+print("best row at T = 0, run by run:", " ".join(f"{b:.2f}x" for b in best))
+assert sum(b >= 1.3 for b in best) >= 3
+
+# %% [markdown]
+# The bars overlap from run to run: the same drafter (the sized method chose the fixed chain)
+# read 1.34x and 1.27x in the last run. The claim "the best method at 1.3x" rests on the
+# repeated runs, not on any one of them.
 
 # %% [markdown]
 # That trend assumes a head that keeps up with its data. Does it? Score the heads on windows
