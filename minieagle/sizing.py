@@ -125,6 +125,13 @@ class Sizing:
     sampled_tree: bool = False
     calibrated: bool = False
     alternative: dict = field(default_factory=dict)
+    cycles: dict = field(default_factory=dict)  # {top_k: cycles its τ̂ was measured over}
+
+    def _over(self, top_k: int) -> str:
+        """ " from C cycles" for the τ̂ of top_k's run, so that a reader sees what a
+        prediction rests on ("" where unknown)."""
+        count = self.cycles.get(top_k)
+        return f" from {count} cycles" if count else ""
 
     def describe(self) -> str:
         kind = "sampled tree" if self.sampled_tree else "top-k tree"
@@ -139,10 +146,12 @@ class Sizing:
         if self.alternative:
             rival = "sampled tree" if self.alternative["sampled_tree"] else "top-k tree"
             other = f"; the {rival}'s best: {self.alternative['describe']}"
+        tree_over = self._over(self.top_k) if self.total_tokens > 1 else ""
+        chain_over = self._over(1) if self.chain else ""
         return (
-            f"auto sizing ({self.setting}): {tree} (expected tau {self.expected_tau:.2f}, "
-            f"speedup {self.expected_speedup:.2f}x); EAGLE-1 {chain} (expected tau "
-            f"{self.chain_tau:.2f}, {self.chain_speedup:.2f}x){other}"
+            f"auto sizing ({self.setting}): {tree} (expected tau {self.expected_tau:.2f}"
+            f"{tree_over}, speedup {self.expected_speedup:.2f}x); EAGLE-1 {chain} (expected tau "
+            f"{self.chain_tau:.2f}{chain_over}, {self.chain_speedup:.2f}x){other}"
         )
 
 
@@ -882,7 +891,8 @@ def sizing_from(measured: dict, setting: str, **fixed) -> Sizing:
         "draft_ms": {f"{k},{d}": v for (k, d), v in measured["draft_ms"].items()},
     }
     chain = cn - 1 if ck else 0  # 0: no chain pays, draft nothing
-    return Sizing(d, k, n, chain, t, speed, ct, cs, setting, costs)
+    return Sizing(d, k, n, chain, t, speed, ct, cs, setting, costs,
+                  cycles=dict(measured.get("cycles") or {}))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- the cache
@@ -1061,7 +1071,8 @@ def auto_size(target, config, head, head_cfg, vocab, sampling: SamplingParams, p
                 "expected_tau": other.expected_tau,
                 "expected_speedup": other.expected_speedup,
                 "describe": f"depth {other.depth}, top_k {other.top_k}, total_tokens "
-                f"{other.total_tokens} (expected tau {other.expected_tau:.2f}, speedup "
+                f"{other.total_tokens} (expected tau {other.expected_tau:.2f}"
+                f"{other._over(other.top_k) if other.total_tokens > 1 else ''}, speedup "
                 f"{other.expected_speedup:.2f}x)",
             }
     return best
