@@ -390,9 +390,8 @@ def test_cli_releases_a_student_edition(tmp_path, capsys):
 
 def _parse_in_threads(parses, source: str, rounds: int = 80) -> int:
     """SystemErrors raised by `parse(source)` from three threads at once (thread i calls
-    `parses[i % len(parses)]`), while a fourth makes
-    garbage whose finalizers let the threads switch in the middle of a parse, switching as often
-    as the interpreter can."""
+    `parses[i % len(parses)]`), while a fourth makes garbage whose finalizers let the threads
+    switch in the middle of a parse, switching as often as the interpreter can."""
     import threading
 
     errors = []
