@@ -72,11 +72,11 @@ EOF
   step host-cost-curve 60 /dev/null env OPENBLAS_NUM_THREADS=1 "$python" benchmarks/real_model_cost.py \
     --model minieagle/pretrained/small --device cpu --repeats "$cost_repeats" \
     --new-tokens "$new_tokens" --out "$out/gpu-host-cost.json"
+  step head-train 120 /dev/null "$python" benchmarks/head_train_step.py --device "$device" \
+    "${train_shape[@]}" --out "$out/gpu-head-train.json"
   step methods 420 /dev/null "$python" -m minieagle bench --suite methods --device "$device" --prompts both \
     --prompts-per-corpus "$per_kind" --repeats "$repeats" --new-tokens "$method_tokens" \
     --out "$out/gpu-bench.json"
-  step head-train 120 /dev/null "$python" benchmarks/head_train_step.py --device "$device" \
-    "${train_shape[@]}" --out "$out/gpu-head-train.json"
   echo "=== done: exit $status"
   exit "$status"
 } 2>&1 | tee "$out/gpu-run.log"
