@@ -2,10 +2,9 @@
 # The GPU run: the CuPy tests, then the shipped target's decoding speed and cost curve and the
 # decoding methods side by side, all on CuPy, with the NumPy lane of the same machine beside them.
 #
-#   benchmarks/gpu.sh [OUT_DIR]            on a CUDA machine with CuPy (about 4 minutes on an H200
-#                                          before automatic tree sizing joined the methods step;
-#                                          now expected to take up to 9, and about 1 more for
-#                                          the head training step: not yet run)
+#   benchmarks/gpu.sh [OUT_DIR]            on a CUDA machine with CuPy (324 s on one H200 on
+#                                          2026-12-04, the methods step with its tree sizing
+#                                          266 s of it; each step's limit below)
 #   benchmarks/gpu.sh --dry-run [OUT_DIR]  anywhere: the same steps on NumPy at toy sizes (the
 #                                          CuPy tests then skip), to check the script before a
 #                                          GPU is spent on it

@@ -311,8 +311,11 @@ def main(argv=None) -> int:
     peak = _matmul_peak(args.device, peak)
     tokens = args.batch * args.seq_len
     results = {
-        "command": "OPENBLAS_NUM_THREADS=1 python benchmarks/head_train_step.py "
-        + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": (  # the BLAS setting as it was, not as the docstring advises
+            "".join(f"{k}={os.environ[k]} " for k in ("OPENBLAS_NUM_THREADS",) if k in os.environ)
+            + "python benchmarks/head_train_step.py "
+            + " ".join(sys.argv[1:] if argv is None else argv)
+        ),
         "machine": machine_info(),
         "device": args.device,
         "matmul_peak": peak,
