@@ -878,3 +878,35 @@ def test_the_sampled_chain_script_times_both_drafters_on_the_same_tokens(monkeyp
     ratio = result["dynamic_over_eagle1"]
     assert 0 < ratio["min"] <= ratio["median"] <= ratio["max"]
     assert json.loads(out.read_text())["drafts"] == 2
+
+
+def test_the_distill_cores_script_times_every_layout_of_both_sides(scripts, tmp_path):
+    """benchmarks/distill_cores.py at its smallest, two cores: one process at one and at two
+    BLAS threads and two processes, for each side; every process's sampled tokens counted; the
+    ratios are of the best layouts' medians; a worker that fails is named, not read as a
+    result; an unknown layout is refused."""
+    cores = importlib.import_module("distill_cores")
+    out = tmp_path / "cores.json"
+    argv = ["--cores", "2", "--batch-size", "3", "--serial-prompts", "2", "--prompt-tokens", "4",
+            "--new-tokens", "5", "--repeats", "1", "--keys", "2,final", "--json", str(out)]
+    results = cores.main(argv)
+    assert json.loads(out.read_text()) == json.loads(json.dumps(results))
+    names = {f"{side}-{layout}" for side in ("serial", "batched") for layout in ("1t", "2t", "2p")}
+    assert set(results["tokens_per_s"]) == names
+    tokens = {name: runs[0]["tokens"] for name, runs in results["runs"].items()}
+    assert tokens == {"serial-1t": 10, "serial-2t": 10, "serial-2p": 20,
+                      "batched-1t": 15, "batched-2t": 15, "batched-2p": 30}  # fmt: skip
+    assert len(results["runs"]["batched-2p"][0]["per_process_s"]) == 2
+    best = results["best"]
+    medians = {n: s["median"] for n, s in results["tokens_per_s"].items()}
+    assert medians[best["serial"]] == max(medians[n] for n in names if n.startswith("serial"))
+    best_ratio = medians[best["batched"]] / medians[best["serial"]]
+    assert results["ratio_best"] == pytest.approx(best_ratio)
+    assert results["ratio_one_core"] == pytest.approx(medians["batched-1t"] / medians["serial-1t"])
+    with pytest.raises(RuntimeError, match="batched worker stopped before answering"):
+        # the small target has 12 layers: its worker cannot record layer 99
+        cores.main(["--cores", "1", "--layouts", "batched-1t", "--batch-size", "2",
+                    "--new-tokens", "2", "--prompt-tokens", "2", "--repeats", "1",
+                    "--keys", "99"])  # fmt: skip
+    with pytest.raises(SystemExit):
+        cores.main(["--layouts", "batched-9p"])
