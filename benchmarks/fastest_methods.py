@@ -5,6 +5,7 @@ shipped target with, from the side-by-side speed measurements committed under do
         --entry small minieagle/pretrained/small docs/results/bench-defaults-methods.json \\
         --entry smollm2-135m-instruct ~/.cache/minieagle/models/smollm2-135m-instruct \\
                 docs/results/smollm2-cli.json \\
+        --gpu-entry small minieagle/pretrained/small docs/results/gpu/gpu-bench-methods.json \\
         --out minieagle/pretrained/fastest.json
 
 Each entry: the target's name (its directory's name), its directory (for its weights'
@@ -13,7 +14,8 @@ methods file (speedups over all prompts, [min..max] over repeats) or benchmarks/
 (over requests and repeats). The rule, per setting (T = 0; T > 0, measured at T = 1): of the
 methods whose whole [min..max] speedup over vanilla's tokens/s is above 1, the one of the
 highest median; none such: vanilla. Each results row becomes the CLI flags it was measured with
-(ROWS).
+(ROWS). A --gpu-entry is the same from a GPU's methods file; `--method auto --device gpu` reads
+it (the fastest method differs: on a GPU verifying many tokens costs about what one does).
 """
 
 from __future__ import annotations
@@ -74,19 +76,21 @@ def choose(rows: dict, source: str, setting: str) -> dict:
             "source": source}  # fmt: skip
 
 
-def build(entries) -> dict:
-    """The fastest.json object for entries [(name, model_dir, results_file)]."""
+def build(entries, gpu_entries=()) -> dict:
+    """The fastest.json object for entries [(name, model_dir, results_file)] measured on the CPU
+    and gpu_entries measured on a GPU (`minieagle bench --suite methods --device gpu`)."""
     from minieagle.checkpoint import WEIGHTS_FILE, target_fingerprint
     from minieagle.shipped import FASTEST_FORMAT
 
     targets = []
-    for name, model_dir, results_file in entries:
+    tagged = [(entry, "cpu") for entry in entries] + [(entry, "gpu") for entry in gpu_entries]
+    for (name, model_dir, results_file), device in tagged:
         results = json.loads(Path(results_file).read_text())
         source = Path(results_file).as_posix()
         if "docs/results/" in source:
             source = "docs/results/" + source.split("docs/results/", 1)[1]
         weights = Path(model_dir) / WEIGHTS_FILE
-        entry = {"name": name, "fingerprint": target_fingerprint(model_dir),
+        entry = {"name": name, "device": device, "fingerprint": target_fingerprint(model_dir),
                  "weights_bytes": weights.stat().st_size}  # fmt: skip
         for setting, key in SETTINGS.items():
             entry[setting] = choose(speedups(results, key), source, setting)
@@ -103,14 +107,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entry", nargs=3, action="append", required=True,
                         metavar=("NAME", "MODEL_DIR", "RESULTS"))  # fmt: skip
+    parser.add_argument("--gpu-entry", nargs=3, action="append", default=[],
+                        metavar=("NAME", "MODEL_DIR", "RESULTS"),
+                        help="the same, measured on a GPU (what --method auto picks with "
+                        "--device gpu)")  # fmt: skip
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    data = build(args.entry)
+    data = build(args.entry, args.gpu_entry)
     Path(args.out).write_text(json.dumps(data, indent=1) + "\n")
     for entry in data["targets"]:
         for setting in SETTINGS:
             record = entry[setting]
-            print(f"{entry['name']} {setting}: {record['method']} {record.get('flags', '')} "
+            print(f"{entry['name']} ({entry['device']}) {setting}: {record['method']} "
+                  f"{record.get('flags', '')} "
                   f"{record.get('speedup', record.get('why'))}")  # fmt: skip
     return 0
 

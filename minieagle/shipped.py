@@ -102,24 +102,55 @@ FASTEST_FILE = PRETRAINED / "fastest.json"  # the method measured fastest per sh
 FASTEST_FORMAT = "minieagle-fastest-methods"
 
 
-def fastest_method(model_dir, greedy: bool) -> dict:
-    """What `--method auto` decodes `model_dir` with: the entry of FASTEST_FILE for this target
-    and setting ("T=0" when greedy, else "T>0", measured at T = 1): {"method", "flags" (the CLI
-    flags it was measured with, e.g. {"tree": "chain"}), "speedup", "range", "source", ...}.
-    The entry whose name is the directory's name and whose weights file has the recorded size
-    is taken as it is (hashing SmolLM2's 540 MB would add most of a second to every command);
-    otherwise the weights' fingerprint finds it (a copy elsewhere), and failing that the name.
-    A target measured nowhere gets {"method": "vanilla", "why": ...}. A method is recorded only
-    where its whole [min..max] speedup over vanilla, measured side by side, was above 1."""
-    from minieagle.checkpoint import WEIGHTS_FILE, read_config_json, target_fingerprint
+def fastest_method(model_dir, greedy: bool, device: str = "cpu") -> dict:
+    """What `--method auto` decodes `model_dir` with: the entry of FASTEST_FILE for this target,
+    device and setting ("T=0" when greedy, else "T>0", measured at T = 1): {"method", "flags"
+    (the CLI flags it was measured with, e.g. {"tree": "chain"}), "speedup", "range", "source",
+    "device", ...}. The entry whose name is the directory's name and whose weights file has the
+    recorded size is taken as it is (hashing SmolLM2's 540 MB would add most of a second to every
+    command); otherwise the weights' fingerprint finds it (a copy elsewhere), and failing that
+    the name. An entry without "device" was measured on the CPU. A target measured on the CPU but
+    not on `device` gets its CPU entry, with a "note" saying so (the fastest method differs
+    between them: on a GPU verification is nearly free). A target measured nowhere gets
+    {"method": "vanilla", "why": ...}. A method is recorded only where its whole [min..max]
+    speedup over vanilla, measured side by side, was above 1."""
+    data = read_fastest_file()
+    setting = "T=0" if greedy else "T>0"
+    entries = [entry for entry in data["targets"] if setting in entry]
+    found = _fastest_entry(model_dir, entries, device)
+    if found is None and device != "cpu":
+        found = _fastest_entry(model_dir, entries, "cpu")
+        if found is not None:
+            return {"target": found["name"], "setting": setting, "device": "cpu", **found[setting],
+                    "note": f"measured on the CPU: {FASTEST_FILE.name} has no {device} "
+                    f"measurement of {found['name']}"}  # fmt: skip
+    if found is not None:
+        return {"target": found["name"], "setting": setting, "device": device, **found[setting]}
+    name = Path(model_dir).resolve().name
+    return {"method": "vanilla", "setting": setting,
+            "why": f"no measurement of {name} in {FASTEST_FILE.name}"}  # fmt: skip
+
+
+def read_fastest_file() -> dict:
+    """FASTEST_FILE, checked to be one."""
+    from minieagle.checkpoint import read_config_json
 
     data = read_config_json(FASTEST_FILE, fix_missing="reinstall minieagle")
     if data.get("format") != FASTEST_FORMAT or not isinstance(data.get("targets"), list):
         raise InvalidInputError(
             f"{FASTEST_FILE} is not a {FASTEST_FORMAT} file; reinstall minieagle"
         )
-    setting = "T=0" if greedy else "T>0"
-    entries = [entry for entry in data["targets"] if setting in entry]
+    return data
+
+
+def _fastest_entry(model_dir, entries: list, device: str) -> dict | None:
+    """The entry of `entries` measured on `device` for the target in `model_dir`, or None (by
+    name and weights' size, then fingerprint, then name: `fastest_method`)."""
+    from minieagle.checkpoint import WEIGHTS_FILE, target_fingerprint
+
+    entries = [entry for entry in entries if entry.get("device", "cpu") == device]
+    if not entries:
+        return None
     weights = Path(model_dir) / WEIGHTS_FILE  # a missing target: its loader explains
     size = weights.stat().st_size if weights.is_file() else None
     name = Path(model_dir).resolve().name
@@ -129,7 +160,4 @@ def fastest_method(model_dir, greedy: bool) -> dict:
         fingerprint = target_fingerprint(model_dir)
         found = [entry for entry in entries if entry.get("fingerprint") == fingerprint]
     found = found or same_name
-    if found:
-        return {"target": found[0]["name"], "setting": setting, **found[0][setting]}
-    return {"method": "vanilla", "setting": setting,
-            "why": f"no measurement of {name} in {FASTEST_FILE.name}"}  # fmt: skip
+    return found[0] if found else None

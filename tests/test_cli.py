@@ -90,6 +90,42 @@ def test_method_auto_decodes_with_the_method_measured_fastest(
     assert chosen["method"] == "vanilla" and "no measurement of nano" in chosen["why"]
 
 
+def test_method_auto_on_a_gpu_reads_the_gpu_measurement_or_says_it_has_none(
+    checkpoint, tmp_path, monkeypatch
+):
+    """--method auto with --device gpu takes the target's GPU entry of fastest.json (the shipped
+    file has one for the small target, measured on an H200, and its choice differs from the
+    CPU's); a target measured on the CPU only gets its CPU entry and a note saying so, which
+    --stats shows; the CPU keeps its own entries."""
+    from minieagle import shipped
+    from minieagle.cli.methods import describe_auto_method
+
+    fastest = json.loads((PRETRAINED / "fastest.json").read_text())["targets"]
+    gpu = next(e for e in fastest if e["name"] == "small" and e.get("device") == "gpu")
+    cpu = next(e for e in fastest if e["name"] == "small" and e.get("device", "cpu") == "cpu")
+    for greedy, setting in ((True, "T=0"), (False, "T>0")):
+        on_gpu = shipped.fastest_method(PRETRAINED / "small", greedy=greedy, device="gpu")
+        assert on_gpu["device"] == "gpu" and on_gpu["method"] == gpu[setting]["method"]
+        assert on_gpu["source"] == gpu[setting]["source"] and "note" not in on_gpu
+        on_cpu = shipped.fastest_method(PRETRAINED / "small", greedy=greedy)
+        assert on_cpu["source"] == cpu[setting]["source"] and on_cpu["device"] == "cpu"
+    assert gpu["T=0"]["method"] != cpu["T=0"]["method"]  # why the device matters
+    assert " on a GPU at T=0: " in describe_auto_method(
+        shipped.fastest_method(PRETRAINED / "small", greedy=True, device="gpu"))  # fmt: skip
+    # a file with the CPU entry alone: the GPU run falls back to it and says so
+    only_cpu = tmp_path / "fastest.json"
+    data = json.loads((PRETRAINED / "fastest.json").read_text())
+    data["targets"] = [e for e in data["targets"] if e.get("device", "cpu") == "cpu"]
+    only_cpu.write_text(json.dumps(data))
+    monkeypatch.setattr(shipped, "FASTEST_FILE", only_cpu)
+    chosen = shipped.fastest_method(PRETRAINED / "small", greedy=True, device="gpu")
+    assert chosen["method"] == cpu["T=0"]["method"] and chosen["device"] == "cpu"
+    assert "no gpu measurement of small" in chosen["note"]
+    assert "; measured on the CPU: " in describe_auto_method(chosen)
+    nowhere = shipped.fastest_method(checkpoint, greedy=True, device="gpu")
+    assert nowhere["method"] == "vanilla" and "no measurement of nano" in nowhere["why"]
+
+
 def test_sampling_follows_the_seed(checkpoint, capsys):
     def sample(seed: int) -> str:
         flags = ["--temperature", "1", "--max-new-tokens", "20", "--seed", str(seed)]

@@ -59,7 +59,8 @@ def resolve_auto_method(args) -> dict | None:
                 f"auto, picks the method measured fastest for the model, so pass --method "
                 f"{methods[0]} with {flag}, or drop {flag}"
             )
-    chosen = fastest_method(args.model, greedy=sampling_params(args).greedy)
+    chosen = fastest_method(args.model, greedy=sampling_params(args).greedy,
+                            device=getattr(args, "device", "cpu"))  # fmt: skip
     args.method = chosen["method"]
     for name, value in chosen.get("flags", {}).items():
         setattr(args, name, value)
@@ -72,10 +73,12 @@ def describe_auto_method(chosen: dict) -> str:
         return f"--method auto: {chosen['method']} ({chosen['why']})"
     flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in chosen.get("flags", {}).items())
     low, high = chosen["range"]
+    where = " on a GPU" if chosen.get("device") == "gpu" else ""
     return (
         f"--method auto: {chosen['method']}{' ' + flags if flags else ''}, measured fastest for "
-        f"{chosen['target']} at {chosen['setting']}: {chosen['speedup']:.2f}x vanilla's "
+        f"{chosen['target']}{where} at {chosen['setting']}: {chosen['speedup']:.2f}x vanilla's "
         f"tokens/s [{low:.2f}..{high:.2f}] ({chosen['source']})"
+        + (f"; {chosen['note']}" if "note" in chosen else "")
     )
 
 
