@@ -213,3 +213,23 @@ def test_the_bench_cost_curve_times_gpu_forwards(cp, shipped):
     cost = measure_verify_cost(backend.put(params, cp), config, prompt, sizes=(1, 8), repeats=2)
     assert cost["relative_to_one"]["1"] == 1.0
     assert all(spread["min"] > 0 for spread in cost["ms"].values())
+
+
+def test_generate_with_method_auto_on_the_gpu_decodes_with_the_gpu_measurement(cp, capsys):
+    """`minieagle generate --device gpu` with the default --method auto: the method fastest.json
+    records for the small target on a GPU, named by --stats as measured on a GPU, and greedy
+    output equal to vanilla's on the GPU."""
+    import json
+
+    from minieagle.cli import main
+    from minieagle.shipped import FASTEST_FILE
+
+    entries = json.loads(FASTEST_FILE.read_text())["targets"]
+    gpu = next(e for e in entries if e["name"] == "small" and e.get("device") == "gpu")
+    method = gpu["T=0"]["method"]
+    prompt = ["generate", "def read_config(path):\n", "--max-new-tokens", "16", "--device", "gpu"]
+    assert main([*prompt, "--stats"]) == 0
+    out, err = capsys.readouterr()
+    assert f"[--method auto: {method}" in err and "measured fastest for small on a GPU" in err
+    assert main([*prompt, "--method", "vanilla"]) == 0
+    assert capsys.readouterr().out == out
