@@ -910,3 +910,30 @@ def test_the_distill_cores_script_times_every_layout_of_both_sides(scripts, tmp_
                     "--keys", "99"])  # fmt: skip
     with pytest.raises(SystemExit):
         cores.main(["--layouts", "batched-9p"])
+
+
+def test_the_devices_plot_reads_two_methods_files_and_names_each_ones_fastest(
+    scripts, tmp_path, capsys
+):
+    """benchmarks/plot_devices.py on the committed CPU and GPU methods files: a PNG, and per run
+    and setting the row of highest median speedup (on the H200 not the CPU's: why --method auto
+    reads the device); a spec without LABEL= is refused."""
+    plot = importlib.import_module("plot_devices")
+    root = BENCHMARKS.parent / "docs" / "results"
+    cpu, gpu = root / "bench-defaults-methods.json", root / "gpu" / "gpu-bench-methods.json"
+    out = tmp_path / "devices.png"
+    assert plot.main(["--run", f"cpu={cpu}", "--run", f"gpu={gpu}", "--out", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    printed = capsys.readouterr().out
+    runs = plot.read_runs([f"cpu={cpu}", f"gpu={gpu}"])
+    for label, path in (("cpu", cpu), ("gpu", gpu)):
+        rows = json.loads(path.read_text())["T=0"]["all"]
+        best = max(runs[label]["T=0"], key=lambda row: runs[label]["T=0"][row][0])
+        assert runs[label]["T=0"][best][0] == max(
+            rows[row]["speedup"]["median"] for row in rows if row != "vanilla")  # fmt: skip
+        assert f"{label} T=0: fastest {best} " in printed
+    best_on = {label: max(run["T=0"], key=lambda row: run["T=0"][row][0])
+               for label, run in runs.items()}  # fmt: skip
+    assert best_on["cpu"] != best_on["gpu"]
+    with pytest.raises(SystemExit, match="LABEL=FILE"):
+        plot.read_runs([str(cpu)])
