@@ -720,7 +720,7 @@ assert 0.19 < lm_head_share < 0.23  # about a fifth
 # forward over 26 or 60 tokens costs about as much as over one. Then a large tree's higher τ
 # turns into speed, which is why the EAGLE papers use trees of 26 to 60 nodes. A flat curve is
 # not enough by itself: on the H200 the tiny target's draft levels are launch-bound too (each a
-# head forward of about 17 % of a target step), and the tree sizing measured there chose chains
+# head forward of 17-23 % of a target step), and the tree sizing measured there chose chains
 # of 3 to 8 nodes, which decoded faster than the 26-node trees (docs/benchmarks.md, "On a GPU").
 
 # %% [markdown]
