@@ -287,23 +287,25 @@ shipped_start() {
 }
 # train_chat_head DIR START DATA FLAGS DECAY LOG [BRANCH]: head_from_shipped's training
 #   command (the schedule decaying over the last DECAY steps; BRANCH: RUN@STEP to start from),
-#   with two BLAS threads (THREADS=1 in the caller's environment: one).
+#   with two BLAS threads (THREADS=1 in the caller's environment: one), 3,200 steps and 3 TTT
+#   steps (STEPS and TTT in the caller's environment: others).
 train_chat_head() {
   echo "[ -f $1/final/model.safetensors ] || OPENBLAS_NUM_THREADS=${THREADS:-2} minieagle train eagle3 \
         --target $M --data features --features $3 --init-from $2 $4 ${7:+--branch-from $7} \
-        --order pass --seq-len 256 --batch-size 4 --steps 3200 --decay-steps $5 --lr 3e-3 \
-        --warmup-steps 50 --ttt-steps 3 --eval-every 400 --eval-batches 8 --save-every 25 \
+        --order pass --seq-len 256 --batch-size 4 --steps ${STEPS:-3200} --decay-steps $5 --lr 3e-3 \
+        --warmup-steps 50 --ttt-steps ${TTT:-3} --eval-every 400 --eval-batches 8 --save-every 25 \
         --val-features $S/heldout-val-T0 $S/heldout-ood-T0 $S/heldout-val-T1 $S/heldout-ood-T1 \
         --keep-states 1600 2240 --export-dtype float16 --out-dir $1 >>$S/train-eagle3-$6.log 2>&1 || exit 1"
 }
 # measure_chat_head DIR TAG BESIDE: calibrated, and its acceptance beside the head BESIDE
 #   (NAME=DIR) into $S/e3-TAG-acceptance.json, the two side by side (one core each, about 25
-#   minutes); then τ into $S/e3-TAG-tau.json.
+#   minutes; the first 3 TTT steps unrolled, ACC_STEPS in the caller's environment: more); then
+#   τ into $S/e3-TAG-tau.json.
 measure_chat_head() {
   echo "{ [ -f $1/final/calibration.json ] || minieagle calibrate --head $1/final --model $M \
         --fit-prompts 4 --val-prompts 6 --temperatures 0.35,0.5 >$S/calibrate-eagle3-$2.log 2>&1; } &
       { [ -f $S/e3-$2-acceptance.json ] || python benchmarks/chat_acceptance.py --model $M \
-        --head $3 --head $2=$1/final --data $S/heldout-val-T0 $S/heldout-ood-T0 \
+        --steps ${ACC_STEPS:-3} --head $3 --head $2=$1/final --data $S/heldout-val-T0 $S/heldout-ood-T0 \
         $S/heldout-val-T1 $S/heldout-ood-T1 --out $S/e3-$2-acceptance.json \
         >$S/acceptance-$2.log 2>&1; } &
       wait
@@ -413,6 +415,16 @@ fi
 #    took 1.96 s [1.91..2.66] at two threads alone, and 3.80 / 3.46 s in two such processes
 #    side by side (`benchmarks/feature_step.py --repeats 3`, 2026-12-04, the rest paused):
 #    two runs side by side finish a little sooner (about 7 %) than one after the other.
+# 14. Train the draft steps the trees reach. Every SmolLM2 head trained 3 TTT steps (the official
+#    code: 7), yet the 26- and 60-node trees draft 8 levels deep. Unrolled 7 steps on the held-out
+#    answers (benchmarks/chat_acceptance.py --steps 7, 2026-12-04), the shipped head's top-1 falls
+#    0.613, 0.546, 0.519 over its trained steps, then 0.486, 0.437, 0.384, 0.339 past them, where
+#    the EAGLE-1 head (no TTT) holds 0.360 to 0.320: past step 5 the EAGLE-1 head's samples are
+#    accepted more often (docs/real_models.md, "Past the trained steps"). So step 11's head
+#    continued 800 steps (a quarter pass over chat3, decaying over the last 400) with 7 TTT steps
+#    into $S/eagle3-n-t7, about an hour, then scored 7 steps deep beside its start and its τ at
+#    26 and 60 nodes measured: if the later steps rise without the first falling, step 10's run
+#    trains 7 steps too.
 if [ "$MODE" = continue ]; then
   { heldout_answers 9; chat_answers chat3 2; shipped_start n 6e04c1e
     echo "{"
@@ -424,6 +436,8 @@ if [ "$MODE" = continue ]; then
     measure_chat_head "$S/eagle3-n-d960" n-d960 "shipped=$S/start-eagle3-n"
     measure_chat_head "$S/eagle3-n-d960-ans" n-d960-ans "n-d960=$S/eagle3-n-d960/final"
     cli_candidates n "d960=$S/eagle3-n-d960/final ans=$S/eagle3-n-d960-ans/final"
+    STEPS=800 TTT=7 train_chat_head "$S/eagle3-n-t7" "$S/eagle3-n-d960/final" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 400 n-t7
+    ACC_STEPS=7 measure_chat_head "$S/eagle3-n-t7" n-t7 "n-d960=$S/eagle3-n-d960/final"
     train_chat_head "$S/eagle3-n-d1600" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 1600 n-d1600 "$S/eagle3-n-d960@1600"
     measure_chat_head "$S/eagle3-n-d1600" n-d1600 "n-d960=$S/eagle3-n-d960/final"
     chat_answers chat4 3 64

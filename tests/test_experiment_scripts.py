@@ -262,8 +262,10 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
     assert len(functions) >= 2
     lines = raw.splitlines(keepends=True)
     code = "".join(line for line in lines if not line.lstrip().startswith("#"))
-    writers = "heldout_answers|chat_answers|head_from_shipped|head_decayed_longer"
-    calls = re.findall(rf"(?:{writers}) [^;|\n]*", code)
+    writers = ("heldout_answers|chat_answers|head_from_shipped|head_decayed_longer|"
+               "train_chat_head|measure_chat_head|cli_candidates")  # fmt: skip
+    # with the environment a call sets for itself (THREADS=1, STEPS=800 TTT=7, ...)
+    calls = re.findall(rf"(?<![\w$(])(?:[A-Z_]+=\S+ )*(?:{writers}) [^;|\n]*", code)
     assert len(calls) >= 5
     env = {**os.environ, "S": "/S", "M": "/M"}
     written = subprocess.run(["bash", "-c", "".join(functions) + "\n".join(calls)], check=True,
@@ -277,6 +279,7 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
     text = re.sub(r"\$\{?[A-Za-z_]+\}?", "X", text)
     commands = re.findall(r"minieagle (?:distill|train) [^\n&|\">]*", text)  # up to a redirect
     assert len(commands) >= 4
+    assert any("--steps 800 " in c and "--ttt-steps 7 " in c for c in commands)  # step 14
     for command in commands:
         argv = shlex.split(command)[1:]
         args = build_parser().parse_args(argv)  # SystemExit on an unknown or bad flag
