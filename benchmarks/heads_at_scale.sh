@@ -69,7 +69,7 @@ if [ "$MODE" = status ]; then
     [ -d "$run" ] && echo "$run: $(ls -d "$run"/shard-?????  2>/dev/null | wc -l) shards" \
       "($(find "$run" -maxdepth 1 -name 'shard-?????' -mmin -30 | wc -l) in the last 30 minutes)"
   done
-  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$S"/eagle3-n "$S"/eagle3-n-d960 "$S"/eagle3-n-d960-ans "$S"/eagle3-n-d1600 "$S"/eagle3-m "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
+  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$S"/eagle3-n "$S"/eagle3-n-d960 "$S"/eagle3-n-d960-ans "$S"/eagle3-n-d1600 "$S"/pilot-t7 "$S"/eagle3-n-t7 "$S"/eagle3-m "$S"/eagle3-m-t7 "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
     [ -f "$run/state/state.json" ] && echo "$run: $(python -c "
 import json, sys
 state = json.load(open(sys.argv[1]))
@@ -287,13 +287,14 @@ shipped_start() {
 }
 # train_chat_head DIR START DATA FLAGS DECAY LOG [BRANCH]: head_from_shipped's training
 #   command (the schedule decaying over the last DECAY steps; BRANCH: RUN@STEP to start from),
-#   with two BLAS threads (THREADS=1 in the caller's environment: one), 3,200 steps and 3 TTT
-#   steps (STEPS and TTT in the caller's environment: others).
+#   with two BLAS threads (THREADS=1 in the caller's environment: one), 3,200 steps, 3 TTT
+#   steps, learning rate 3e-3 after 50 warmup steps (STEPS, TTT, LR and WARMUP in the caller's
+#   environment: others).
 train_chat_head() {
   echo "[ -f $1/final/model.safetensors ] || OPENBLAS_NUM_THREADS=${THREADS:-2} minieagle train eagle3 \
         --target $M --data features --features $3 --init-from $2 $4 ${7:+--branch-from $7} \
-        --order pass --seq-len 256 --batch-size 4 --steps ${STEPS:-3200} --decay-steps $5 --lr 3e-3 \
-        --warmup-steps 50 --ttt-steps ${TTT:-3} --eval-every 400 --eval-batches 8 --save-every 25 \
+        --order pass --seq-len 256 --batch-size 4 --steps ${STEPS:-3200} --decay-steps $5 --lr ${LR:-3e-3} \
+        --warmup-steps ${WARMUP:-50} --ttt-steps ${TTT:-3} --eval-every 400 --eval-batches 8 --save-every 25 \
         --val-features $S/heldout-val-T0 $S/heldout-ood-T0 $S/heldout-val-T1 $S/heldout-ood-T1 \
         --keep-states 1600 2240 --export-dtype float16 --out-dir $1 >>$S/train-eagle3-$6.log 2>&1 || exit 1"
 }
@@ -420,11 +421,14 @@ fi
 #    answers (benchmarks/chat_acceptance.py --steps 7, 2026-12-04), the shipped head's top-1 falls
 #    0.613, 0.546, 0.519 over its trained steps, then 0.486, 0.437, 0.384, 0.339 past them, where
 #    the EAGLE-1 head (no TTT) holds 0.360 to 0.320: past step 5 the EAGLE-1 head's samples are
-#    accepted more often (docs/real_models.md, "Past the trained steps"). So step 11's head
-#    continued 800 steps (a quarter pass over chat3, decaying over the last 400) with 7 TTT steps
-#    into $S/eagle3-n-t7, about an hour, then scored 7 steps deep beside its start and its τ at
-#    26 and 60 nodes measured: if the later steps rise without the first falling, step 10's run
-#    trains 7 steps too.
+#    accepted more often (docs/real_models.md, "Past the trained steps"). A pilot the same
+#    evening (the shipped head, 200 steps over chat3 at lr 1e-3, 20 warmup, the last 100
+#    decaying, 7 TTT steps, seed 5, one thread beside two runs: 21 minutes, into $S/pilot-t7)
+#    kept steps 1-3 (+0.001 to +0.004 top-1) and raised steps 4-7 by +0.022, +0.049, +0.081,
+#    +0.104 (val), τ 2.61 / 2.78 at 26 / 60 nodes (from 2.54 / 2.74). So step 11's head gets the
+#    same 200-step finish into $S/eagle3-n-t7, scored 7 steps deep beside its start, and the
+#    pilot joins the ship measurement (cli_candidates) as a candidate; the runs after it (step 10)
+#    end with such a finish too.
 if [ "$MODE" = continue ]; then
   { heldout_answers 9; chat_answers chat3 2; shipped_start n 6e04c1e
     echo "{"
@@ -435,14 +439,16 @@ if [ "$MODE" = continue ]; then
     echo "[ -f $S/eagle3-n-d960/final/model.safetensors ] && [ -f $S/eagle3-n-d960-ans/final/model.safetensors ] || exit 1"
     measure_chat_head "$S/eagle3-n-d960" n-d960 "shipped=$S/start-eagle3-n"
     measure_chat_head "$S/eagle3-n-d960-ans" n-d960-ans "n-d960=$S/eagle3-n-d960/final"
-    cli_candidates n "d960=$S/eagle3-n-d960/final ans=$S/eagle3-n-d960-ans/final"
-    STEPS=800 TTT=7 train_chat_head "$S/eagle3-n-t7" "$S/eagle3-n-d960/final" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 400 n-t7
+    STEPS=200 TTT=7 LR=1e-3 WARMUP=20 train_chat_head "$S/eagle3-n-t7" "$S/eagle3-n-d960/final" "$S/chat3-T0 $S/chat3-T1" "--seed 5" 100 n-t7
     ACC_STEPS=7 measure_chat_head "$S/eagle3-n-t7" n-t7 "n-d960=$S/eagle3-n-d960/final"
+    cli_candidates n "d960=$S/eagle3-n-d960/final ans=$S/eagle3-n-d960-ans/final t7=$S/eagle3-n-t7/final pilot=$S/pilot-t7/final"
     train_chat_head "$S/eagle3-n-d1600" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 1600 n-d1600 "$S/eagle3-n-d960@1600"
     measure_chat_head "$S/eagle3-n-d1600" n-d1600 "n-d960=$S/eagle3-n-d960/final"
     chat_answers chat4 3 64
     train_chat_head "$S/eagle3-m" "$S/eagle3-n-d960/final" "$S/chat4-T0 $S/chat4-T1" "--seed 4" 960 m
-    measure_chat_head "$S/eagle3-m" m "n-d960=$S/eagle3-n-d960/final"; } \
+    measure_chat_head "$S/eagle3-m" m "n-d960=$S/eagle3-n-d960/final"
+    STEPS=200 TTT=7 LR=1e-3 WARMUP=20 train_chat_head "$S/eagle3-m-t7" "$S/eagle3-m/final" "$S/chat4-T0 $S/chat4-T1" "--seed 5" 100 m-t7
+    ACC_STEPS=7 measure_chat_head "$S/eagle3-m-t7" m-t7 "m=$S/eagle3-m/final"; } \
     | start_smollm2_run n new-data.log chat3
 fi
 echo "started ($MODE); see: bash benchmarks/heads_at_scale.sh status"

@@ -279,7 +279,8 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
     text = re.sub(r"\$\{?[A-Za-z_]+\}?", "X", text)
     commands = re.findall(r"minieagle (?:distill|train) [^\n&|\">]*", text)  # up to a redirect
     assert len(commands) >= 4
-    assert any("--steps 800 " in c and "--ttt-steps 7 " in c for c in commands)  # step 14
+    assert any("--steps 200 " in c and "--ttt-steps 7 " in c and "--lr 1e-3 " in c
+               for c in commands)  # step 14  # fmt: skip
     for command in commands:
         argv = shlex.split(command)[1:]
         args = build_parser().parse_args(argv)  # SystemExit on an unknown or bad flag
