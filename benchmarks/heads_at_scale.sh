@@ -420,7 +420,7 @@ fi
 #    code: 7), yet the 26- and 60-node trees draft 8 levels deep. Unrolled 7 steps on the held-out
 #    answers (benchmarks/chat_acceptance.py --steps 7, 2026-12-04), the shipped head's top-1 falls
 #    0.613, 0.546, 0.519 over its trained steps, then 0.486, 0.437, 0.384, 0.339 past them, where
-#    the EAGLE-1 head (no TTT) holds 0.360 to 0.320: past step 5 the EAGLE-1 head's samples are
+#    the EAGLE-1 head (no TTT) holds 0.360 to 0.320: by step 7 the EAGLE-1 head's samples are
 #    accepted more often (docs/real_models.md, "Past the trained steps"). A pilot the same
 #    evening (the shipped head, 200 steps over chat3 at lr 1e-3, 20 warmup, the last 100
 #    decaying, 7 TTT steps, seed 5, one thread beside two runs: 21 minutes, into $S/pilot-t7)
