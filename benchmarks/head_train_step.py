@@ -310,9 +310,10 @@ def main(argv=None) -> int:
             w.close()
     peak = _matmul_peak(args.device, peak)
     tokens = args.batch * args.seq_len
+    blas = os.environ.get("OPENBLAS_NUM_THREADS")
     results = {
         "command": (  # the BLAS setting as it was, not as the docstring advises
-            "".join(f"{k}={os.environ[k]} " for k in ("OPENBLAS_NUM_THREADS",) if k in os.environ)
+            (f"OPENBLAS_NUM_THREADS={blas} " if blas is not None else "")
             + "python benchmarks/head_train_step.py "
             + " ".join(sys.argv[1:] if argv is None else argv)
         ),

@@ -116,16 +116,18 @@ def fastest_method(model_dir, greedy: bool, device: str = "cpu") -> dict:
     speedup over vanilla, measured side by side, was above 1."""
     data = read_fastest_file()
     setting = "T=0" if greedy else "T>0"
-    entries = [entry for entry in data["targets"] if setting in entry]
-    found = _fastest_entry(model_dir, entries, device)
-    if found is None and device != "cpu":
-        found = _fastest_entry(model_dir, entries, "cpu")
-        if found is not None:
-            return {"target": found["name"], "setting": setting, "device": "cpu", **found[setting],
-                    "note": f"measured on the CPU: {FASTEST_FILE.name} has no {device} "
-                    f"measurement of {found['name']}"}  # fmt: skip
-    if found is not None:
+    entries = _target_entries(model_dir, [e for e in data["targets"] if setting in e])
+    by_device = {}
+    for entry in entries:  # the first of each device, as the file lists them
+        by_device.setdefault(entry.get("device", "cpu"), entry)
+    if device in by_device:
+        found = by_device[device]
         return {"target": found["name"], "setting": setting, "device": device, **found[setting]}
+    if "cpu" in by_device:
+        found = by_device["cpu"]
+        return {"target": found["name"], "setting": setting, "device": "cpu", **found[setting],
+                "note": f"measured on the CPU: {FASTEST_FILE.name} has no {device} "
+                f"measurement of {found['name']}"}  # fmt: skip
     name = Path(model_dir).resolve().name
     return {"method": "vanilla", "setting": setting,
             "why": f"no measurement of {name} in {FASTEST_FILE.name}"}  # fmt: skip
@@ -143,14 +145,11 @@ def read_fastest_file() -> dict:
     return data
 
 
-def _fastest_entry(model_dir, entries: list, device: str) -> dict | None:
-    """The entry of `entries` measured on `device` for the target in `model_dir`, or None (by
-    name and weights' size, then fingerprint, then name: `fastest_method`)."""
+def _target_entries(model_dir, entries: list) -> list:
+    """The entries of `entries` (any device) for the target in `model_dir`: by name and weights'
+    size, then by fingerprint (hashed at most once), then by name (`fastest_method`)."""
     from minieagle.checkpoint import WEIGHTS_FILE, target_fingerprint
 
-    entries = [entry for entry in entries if entry.get("device", "cpu") == device]
-    if not entries:
-        return None
     weights = Path(model_dir) / WEIGHTS_FILE  # a missing target: its loader explains
     size = weights.stat().st_size if weights.is_file() else None
     name = Path(model_dir).resolve().name
@@ -159,5 +158,4 @@ def _fastest_entry(model_dir, entries: list, device: str) -> dict | None:
     if not found and size is not None:
         fingerprint = target_fingerprint(model_dir)
         found = [entry for entry in entries if entry.get("fingerprint") == fingerprint]
-    found = found or same_name
-    return found[0] if found else None
+    return found or same_name
