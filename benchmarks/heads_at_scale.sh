@@ -428,7 +428,9 @@ fi
 #    +0.104 (val), τ 2.61 / 2.78 at 26 / 60 nodes (from 2.54 / 2.74). So step 11's head gets the
 #    same 200-step finish into $S/eagle3-n-t7, scored 7 steps deep beside its start, and the
 #    pilot joins the ship measurement (cli_candidates) as a candidate; the runs after it (step 10)
-#    end with such a finish too.
+#    end with such a finish too. The order after steps 11 and 13 puts the ship decision first:
+#    the finish (about 10 minutes alone), the candidates' speed from the command line, then the
+#    finished head's scores and acceptance, and only then steps 11 and 13's own measurements.
 if [ "$MODE" = continue ]; then
   { heldout_answers 9; chat_answers chat3 2; shipped_start n 6e04c1e
     echo "{"
@@ -437,11 +439,11 @@ if [ "$MODE" = continue ]; then
     THREADS=1 train_chat_head "$S/eagle3-n-d960-ans" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3 --loss-mask answers" 960 n-d960-ans
     echo "} &"; echo "wait"
     echo "[ -f $S/eagle3-n-d960/final/model.safetensors ] && [ -f $S/eagle3-n-d960-ans/final/model.safetensors ] || exit 1"
+    STEPS=200 TTT=7 LR=1e-3 WARMUP=20 train_chat_head "$S/eagle3-n-t7" "$S/eagle3-n-d960/final" "$S/chat3-T0 $S/chat3-T1" "--seed 5" 100 n-t7
+    cli_candidates n "t7=$S/eagle3-n-t7/final pilot=$S/pilot-t7/final d960=$S/eagle3-n-d960/final"
+    ACC_STEPS=7 measure_chat_head "$S/eagle3-n-t7" n-t7 "n-d960=$S/eagle3-n-d960/final"
     measure_chat_head "$S/eagle3-n-d960" n-d960 "shipped=$S/start-eagle3-n"
     measure_chat_head "$S/eagle3-n-d960-ans" n-d960-ans "n-d960=$S/eagle3-n-d960/final"
-    STEPS=200 TTT=7 LR=1e-3 WARMUP=20 train_chat_head "$S/eagle3-n-t7" "$S/eagle3-n-d960/final" "$S/chat3-T0 $S/chat3-T1" "--seed 5" 100 n-t7
-    ACC_STEPS=7 measure_chat_head "$S/eagle3-n-t7" n-t7 "n-d960=$S/eagle3-n-d960/final"
-    cli_candidates n "d960=$S/eagle3-n-d960/final ans=$S/eagle3-n-d960-ans/final t7=$S/eagle3-n-t7/final pilot=$S/pilot-t7/final"
     train_chat_head "$S/eagle3-n-d1600" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 1600 n-d1600 "$S/eagle3-n-d960@1600"
     measure_chat_head "$S/eagle3-n-d1600" n-d1600 "n-d960=$S/eagle3-n-d960/final"
     chat_answers chat4 3 64
