@@ -326,6 +326,16 @@ cli_candidates() {
         benchmarks/smollm2_cli.py --model $M$flags --methods $methods \
         --out $S/cli-candidates-$1.json >$S/cli-candidates-$1.log 2>&1"
 }
+# chat_tau TAG "LABEL=DIR ...": τ of the EAGLE-3 heads on 36 held-out chat requests of three
+#   kinds, 26 and 60 nodes, T = 0 and 1, with 95 % intervals (benchmarks/chat_tau.py, about 15
+#   minutes a head on one core) into $S/chat-tau-TAG.json and .png.
+chat_tau() {
+  local flags="" c
+  for c in $2; do flags="$flags --eagle3 $c"; done
+  echo "[ -f $S/chat-tau-$1.json ] || OPENBLAS_NUM_THREADS=1 python benchmarks/chat_tau.py \
+        --model $M$flags --out $S/chat-tau-$1.json --plot $S/chat-tau-$1.png \
+        >$S/chat-tau-$1.log 2>&1"
+}
 # head_decayed_longer TAG DECAY DATA [FLAGS]: $S/eagle3-TAG's run with its schedule decaying over
 #   the last DECAY steps instead of 320, branched from the state it kept at 3,200 - DECAY (the
 #   two runs are identical until then) into $S/eagle3-TAG-dDECAY; measured as head_from_shipped
@@ -430,7 +440,9 @@ fi
 #    pilot joins the ship measurement (cli_candidates) as a candidate; the runs after it (step 10)
 #    end with such a finish too. The order after steps 11 and 13 puts the ship decision first:
 #    the finish (about 10 minutes alone), the candidates' speed from the command line, then the
-#    finished head's scores and acceptance, and only then steps 11 and 13's own measurements.
+#    finished head's scores, acceptance and τ on 36 held-out requests (chat_tau, beside the
+#    shipped head's and the pilot's of 2026-12-04: docs/results/smollm2-chat-tau.json), and only
+#    then steps 11 and 13's own measurements.
 if [ "$MODE" = continue ]; then
   { heldout_answers 9; chat_answers chat3 2; shipped_start n 6e04c1e
     echo "{"
@@ -442,6 +454,7 @@ if [ "$MODE" = continue ]; then
     STEPS=200 TTT=7 LR=1e-3 WARMUP=20 train_chat_head "$S/eagle3-n-t7" "$S/eagle3-n-d960/final" "$S/chat3-T0 $S/chat3-T1" "--seed 5" 100 n-t7
     cli_candidates n "t7=$S/eagle3-n-t7/final pilot=$S/pilot-t7/final d960=$S/eagle3-n-d960/final"
     ACC_STEPS=7 measure_chat_head "$S/eagle3-n-t7" n-t7 "n-d960=$S/eagle3-n-d960/final"
+    chat_tau n-t7 "t7=$S/eagle3-n-t7/final"
     measure_chat_head "$S/eagle3-n-d960" n-d960 "shipped=$S/start-eagle3-n"
     measure_chat_head "$S/eagle3-n-d960-ans" n-d960-ans "n-d960=$S/eagle3-n-d960/final"
     train_chat_head "$S/eagle3-n-d1600" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 1600 n-d1600 "$S/eagle3-n-d960@1600"
@@ -450,7 +463,8 @@ if [ "$MODE" = continue ]; then
     train_chat_head "$S/eagle3-m" "$S/eagle3-n-d960/final" "$S/chat4-T0 $S/chat4-T1" "--seed 4" 960 m
     measure_chat_head "$S/eagle3-m" m "n-d960=$S/eagle3-n-d960/final"
     STEPS=200 TTT=7 LR=1e-3 WARMUP=20 train_chat_head "$S/eagle3-m-t7" "$S/eagle3-m/final" "$S/chat4-T0 $S/chat4-T1" "--seed 5" 100 m-t7
-    ACC_STEPS=7 measure_chat_head "$S/eagle3-m-t7" m-t7 "m=$S/eagle3-m/final"; } \
+    ACC_STEPS=7 measure_chat_head "$S/eagle3-m-t7" m-t7 "m=$S/eagle3-m/final"
+    chat_tau m-t7 "m-t7=$S/eagle3-m-t7/final"; } \
     | start_smollm2_run n new-data.log chat3
 fi
 echo "started ($MODE); see: bash benchmarks/heads_at_scale.sh status"

@@ -263,7 +263,7 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
     lines = raw.splitlines(keepends=True)
     code = "".join(line for line in lines if not line.lstrip().startswith("#"))
     writers = ("heldout_answers|chat_answers|head_from_shipped|head_decayed_longer|"
-               "train_chat_head|measure_chat_head|cli_candidates")  # fmt: skip
+               "train_chat_head|measure_chat_head|cli_candidates|chat_tau")  # fmt: skip
     # with the environment a call sets for itself (THREADS=1, STEPS=800 TTT=7, ...)
     calls = re.findall(rf"(?<![\w$(])(?:[A-Z_]+=\S+ )*(?:{writers}) [^;|\n]*", code)
     assert len(calls) >= 5
@@ -285,7 +285,7 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
         argv = shlex.split(command)[1:]
         args = build_parser().parse_args(argv)  # SystemExit on an unknown or bad flag
         assert args.command in ("distill", "train")
-    for name in ("eagle3_scaling", "chat_acceptance"):  # the scripts' own flags, from --help
+    for name in ("eagle3_scaling", "chat_acceptance", "chat_tau"):  # their flags, from --help
         runs = re.findall(rf"python benchmarks/{name}.py [^\n>]*", text)
         assert runs, name
         with pytest.raises(SystemExit):
@@ -941,3 +941,71 @@ def test_the_devices_plot_reads_two_methods_files_and_names_each_ones_fastest(
     assert best_on["cpu"] != best_on["gpu"]
     with pytest.raises(SystemExit, match="LABEL=FILE"):
         plot.read_runs([str(cpu)])
+
+
+CHATML = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}\n{% endfor %}"
+          "{% if add_generation_prompt %}<|assistant|>{% endif %}")  # fmt: skip
+
+
+def test_the_chat_tau_script_pools_tau_per_kind_with_intervals(scripts, tmp_path):
+    """benchmarks/chat_tau.py on the tiny target with a plain template: every head at every
+    tree and temperature, τ per kind and over all with a bootstrap interval around it, the
+    records it pools, the figure; bad heads and trees refused naming them."""
+    tau = importlib.import_module("chat_tau")
+    pretrained = BENCHMARKS.parent / "minieagle" / "pretrained"
+    template = tmp_path / "chat.jinja"
+    template.write_text(CHATML)
+    argv = ["--model", str(pretrained / "small"), "--template", str(template),
+            "--eagle3", f"e3={pretrained / 'small-eagle3'}",
+            "--eagle1", f"e1={pretrained / 'small-eagle1'}", "--trees", "8:3:2",
+            "--per-kind", "2", "--new-tokens", "10", "--out", str(tmp_path / "t.json"),
+            "--plot", str(tmp_path / "t.png")]  # fmt: skip
+    results = tau.main(argv)
+    assert json.loads((tmp_path / "t.json").read_text()) == json.loads(json.dumps(results))
+    assert (tmp_path / "t.png").stat().st_size > 0
+    assert [p["kind"] for p in results["prompts"]] == [k for k in tau.KINDS for _ in range(2)]
+    for setting in ("T=0", "T=1"):
+        assert set(results[setting]) == {"e3 eagle3 8:3:2", "e1 eagle2 8:3:2"}
+        for row in results[setting].values():
+            records = row["per_prompt"]
+            assert len(records) == 6 and all(1 <= r["forwards"] <= r["emitted"] for r in records)
+            for kind, s in row["tau"].items():
+                mine = [r for r in records if kind in ("all", r["kind"])]
+                pooled = sum(r["emitted"] for r in mine) / sum(r["forwards"] for r in mine)
+                assert s["tau"] == pytest.approx(pooled) and 1 <= pooled <= 5  # 4 levels + 1
+                assert s["low"] <= s["tau"] <= s["high"]
+    assert results["greedy_outputs_equal_to_vanilla"]
+    with pytest.raises(InvalidInputError, match="--eagle3 'x=/nowhere'"):
+        tau.main([*argv[:4], "--eagle3", "x=/nowhere"])
+    with pytest.raises(InvalidInputError, match="--trees '8:3'"):
+        tau.main([*argv, "--trees", "8:3"])
+
+
+def test_the_chat_tau_check_catches_an_output_that_differs_from_vanilla(scripts):
+    """The lossless check in benchmarks/chat_tau.py can fail: a reference that is not the
+    drafter's output is reported, naming the row and the prompt."""
+    from minieagle import inference
+    from minieagle.checkpoint import load_checkpoint
+    from minieagle.drafters import build_drafter
+
+    tau = importlib.import_module("chat_tau")
+    pretrained = BENCHMARKS.parent / "minieagle" / "pretrained"
+    params, config, _ = load_checkpoint(pretrained / "small", dtype=np.float32)
+    target = (inference.prepare(params, config), config)
+    rows = {"e3": lambda: build_drafter("eagle3", target=target, head="small-eagle3",
+                                        total_tokens=8, depth=3, top_k=2)}  # fmt: skip
+    prompts = [("questions", [5, 6, 7, 8])]
+    with pytest.raises(AssertionError, match="e3: the greedy output of prompt 0 .questions."):
+        tau.measure(target, prompts, rows, 0.0, 6, [], vanilla_tokens=[[1, 2, 3, 4, 5, 6]])
+
+
+def test_the_chat_tau_interval_is_a_bootstrap_of_the_pooled_tau(scripts):
+    """Equal prompts give a zero-width interval at their τ; a kind resampled within itself
+    keeps its share (one prompt of each kind: no spread at all), and the interval lies between
+    the extreme resamples around the pooled τ."""
+    tau = importlib.import_module("chat_tau")
+    assert tau.bootstrap_interval([6, 6, 6], [2, 2, 2], ["a", "a", "a"]) == (3.0, 3.0)
+    low, high = tau.bootstrap_interval([4, 2], [2, 1], ["a", "b"])  # one prompt per kind
+    assert low == high == pytest.approx(2.0)
+    low, high = tau.bootstrap_interval([2, 8, 3, 3], [2, 2, 1, 1], ["a", "a", "b", "b"])
+    assert 10 / 6 <= low < 16 / 6 < high <= 22 / 6  # the kinds' extremes: a's worst, a's best

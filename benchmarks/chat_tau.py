@@ -1,0 +1,335 @@
+"""τ of EAGLE heads on many held-out chat requests, with 95 % intervals: the measurement behind
+issue 20's "SmolLM2, held-out chat prompts, T = 0: EAGLE-3 τ ≥ 3.0".
+
+`benchmarks/smollm2_methods.py` measures every method with its speed on six requests, too few
+to tell two heads a few hundredths apart or to say where τ stands. This script measures τ alone
+(emitted tokens per target forward: no timing, so it may run beside training) on three kinds of
+request, each a chat turn rendered with the model's template, none seen in training:
+
+- "heldout-chat": the requests the heads trained on (`train_eagle.CHAT_REQUESTS`), about
+  passages of the corpora's test splits (the heads trained on the train splits);
+- "ood-chat": the same requests about passages from other packages' docs and code
+  (minieagle/data/ood_prompts.jsonl, 24 prose and 24 code);
+- "questions": `QUESTIONS` below, requests of other kinds that name no passage (writing code,
+  explaining, advising, listing), written for this measurement.
+
+Each head drafts through `build_drafter`'s dynamic tree at fixed sizes (`--trees`, by default
+the 26-node tree of depth 7 and the EAGLE-3 paper's 60 nodes, top-k 10), ranked by the scores
+shipped beside the head (its calibration.json, where it says they measured better; `--scores
+raw`: raw scores), at each temperature of `--temperatures` (T > 0: the sampled tree). Prompt i
+decodes with seed i, until end of turn or `--new-tokens`. At T = 0 every output is checked equal
+to vanilla's (a difference stops the run). τ is pooled (all emitted tokens over all forwards),
+per kind and over all prompts; its 95 % interval is a bootstrap over the prompts (resampled
+within each kind, 2,000 times).
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/chat_tau.py \\
+        --eagle3 shipped=minieagle/pretrained/smollm2-eagle3 --eagle3 new=DIR \\
+        --out docs/results/smollm2-chat-tau.json --plot docs/results/smollm2-chat-tau.png
+
+`--eagle1 LABEL=DIR` adds EAGLE-1 heads drafting through the same trees (EAGLE-2), for the
+EAGLE-3 / EAGLE-2 ratio on the same prompts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from minieagle import inference
+from minieagle.calibration import shipped_calibration
+from minieagle.chat import encode_chat, end_of_turn_ids, load_chat_template
+from minieagle.checkpoint import load_checkpoint
+from minieagle.drafters import build_drafter, load_draft_head
+from minieagle.errors import InvalidInputError
+from minieagle.generate import generate
+from minieagle.sampling import SamplingParams
+from minieagle.train_eagle import CHAT_REQUESTS
+
+KINDS = ("heldout-chat", "ood-chat", "questions")
+QUESTIONS = (  # requests of other kinds than the training's, naming no passage
+    "Write a Python function that tells whether a string is a palindrome, with a short docstring.",
+    "What are three good habits for keeping a small software project easy to maintain?",
+    "Explain the difference between a list and a tuple in Python, with an example of each.",
+    "Write a short email asking a colleague to review my pull request by Friday.",
+    "How does a hash table find a key quickly? Explain it to a beginner.",
+    "Give me a simple recipe for a vegetable soup.",
+    "Write a Python function that counts how often each word appears in a text.",
+    "What is the difference between weather and climate?",
+    "Summarise the main causes of the French Revolution in a few sentences.",
+    "Write a unit test in Python for a function add(a, b) that returns the sum of two numbers.",
+    "Why is the sky blue? Answer in two or three sentences.",
+    "Suggest five names for a coffee shop near a university.",
+    "Explain what recursion is and give a Python example that computes a factorial.",
+    "What should I pack for a three-day hiking trip?",
+    "Describe how to make a cup of tea, step by step.",
+    "Write a SQL query that lists the ten customers with the highest total order value.",
+)
+PAPER_TREE = (60, 7, 10)  # the EAGLE-3 paper's tree: 60 nodes, 8 levels (7 expansions), top-k 10
+
+
+def requests(per_kind: int, passage_chars: int = 400) -> list[tuple[str, str]]:
+    """(kind, user request): `per_kind` of each of KINDS. The passage requests alternate prose
+    and code, each passage the first `passage_chars` characters of its own document (the test
+    splits' documents of at least that length, spread evenly over them; the out-of-domain
+    records in file order)."""
+    from minieagle.data import load_split, ood_records
+
+    if not 1 <= per_kind <= len(QUESTIONS):
+        raise InvalidInputError(
+            f"--per-kind {per_kind}: expected 1 to {len(QUESTIONS)} (the questions written for "
+            "this measurement)"
+        )
+
+    def request(corpus: str, text: str) -> str:
+        return CHAT_REQUESTS[corpus].format(passage=text[:passage_chars].strip())
+
+    corpora = ("prose", "code")
+    counts = {c: (per_kind + (i == 0)) // 2 for i, c in enumerate(corpora)}  # prose first
+    out = []
+    for corpus in corpora:
+        documents = [d for d in load_split(corpus, "test") if len(d.text) >= passage_chars]
+        if len(documents) < counts[corpus]:
+            raise InvalidInputError(
+                f"--per-kind {per_kind}: the {corpus} test split has {len(documents)} documents "
+                f"of {passage_chars}+ characters; ask for at most {2 * len(documents)}"
+            )
+        picks = np.linspace(0, len(documents) - 1, counts[corpus]).round().astype(int)
+        out += [("heldout-chat", request(corpus, documents[i].text)) for i in picks]
+    for corpus in corpora:
+        records = [r for r in ood_records() if r["kind"] == corpus][: counts[corpus]]
+        out += [("ood-chat", request(corpus, r["text"])) for r in records]
+    return out + [("questions", q) for q in QUESTIONS[:per_kind]]
+
+
+def pooled_tau(emitted, forwards) -> float:
+    """τ of several decodings: all their emitted tokens over all their target forwards."""
+    return float(np.sum(emitted) / np.sum(forwards))
+
+
+def bootstrap_interval(emitted, forwards, kinds, *, resamples: int = 2000, seed: int = 0):
+    """(low, high): the 2.5 and 97.5 percentiles of the pooled τ over `resamples` draws of the
+    prompts with replacement, each kind resampled within itself (its share of the prompts
+    kept)."""
+    emitted, forwards = np.asarray(emitted, float), np.asarray(forwards, float)
+    kinds = np.asarray(kinds)
+    rng = np.random.default_rng(seed)
+    draws = np.concatenate(
+        [rng.choice(np.flatnonzero(kinds == k), size=(resamples, int(np.sum(kinds == k))))
+         for k in dict.fromkeys(kinds.tolist())],
+        axis=1,
+    )  # fmt: skip
+    taus = emitted[draws].sum(axis=1) / forwards[draws].sum(axis=1)
+    low, high = np.percentile(taus, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def summarise(records: list[dict]) -> dict:
+    """τ with its interval, over all prompts and per kind, from per-prompt records {kind,
+    emitted, forwards}."""
+
+    def over(rows):
+        e, f = [r["emitted"] for r in rows], [r["forwards"] for r in rows]
+        low, high = bootstrap_interval(e, f, [r["kind"] for r in rows])
+        return {"tau": pooled_tau(e, f), "low": low, "high": high, "prompts": len(rows)}
+
+    kinds = list(dict.fromkeys(r["kind"] for r in records))
+    return {
+        "all": over(records),
+        **{k: over([r for r in records if r["kind"] == k]) for k in kinds},
+    }
+
+
+def parse_trees(text: str) -> list[tuple[int, int, int]]:
+    """ "26:7:8,60:7:10" -> [(total_tokens, depth, top_k), ...]."""
+    trees = []
+    for part in text.split(","):
+        try:
+            n, d, k = (int(x) for x in part.split(":"))
+        except ValueError:
+            raise InvalidInputError(
+                f"--trees {text!r}: expected comma-separated NODES:DEPTH:TOP_K, e.g. 26:7:8,60:7:10"
+            ) from None
+        if n < 2 or d < 1 or k < 1:
+            raise InvalidInputError(
+                f"--trees {text!r}: {part!r} needs NODES >= 2, DEPTH, TOP_K >= 1"
+            )
+        trees.append((n, d, k))
+    return trees
+
+
+def parse_heads(values, method: str) -> list[tuple[str, str, Path]]:
+    """["LABEL=DIR", ...] -> [(label, method, dir)], each directory checked to hold a head."""
+    heads = []
+    for value in values or []:
+        label, sep, path = value.partition("=")
+        if not sep or not label or not Path(path, "model.safetensors").is_file():
+            raise InvalidInputError(
+                f"--{method} {value!r}: expected LABEL=DIR with DIR a trained {method} head "
+                "(its model.safetensors)"
+            )
+        heads.append((label, method, Path(path)))
+    return heads
+
+
+def rows_for(heads, trees, target, scores: str) -> dict:
+    """{row label: drafter factory}: every head at every tree size, the head loaded once."""
+    rows = {}
+    for label, method, path in heads:
+        head = load_draft_head(method, path, target)
+        calibration = shipped_calibration(path) if scores == "shipped" else None
+        drafts_with = "eagle3" if method == "eagle3" else "eagle2"
+        for n, d, k in trees:
+            rows[f"{label} {drafts_with} {n}:{d}:{k}"] = (
+                lambda head=head, calibration=calibration, n=n, d=d, k=k, m=drafts_with:
+                build_drafter(m, target=target, head=head, total_tokens=n, depth=d, top_k=k,
+                              calibration=calibration)
+            )  # fmt: skip
+    return rows
+
+
+def measure(target, prompts, rows: dict, temperature: float, new_tokens: int, stops,
+            vanilla_tokens=None, progress=None) -> dict:  # fmt: skip
+    """{row: [record per prompt]}: each row's decoding of every prompt (prompt i with seed i);
+    at T = 0 each output checked equal to `vanilla_tokens[i]` (AssertionError naming the row
+    and prompt where one differs). stops: the end-of-turn token ids."""
+    sampling = SamplingParams(temperature=temperature)
+    out = {}
+    for name, make in rows.items():
+        out[name] = []
+        for i, (kind, ids) in enumerate(prompts):
+            result = generate(*target, ids, drafter=make(), max_new_tokens=new_tokens,
+                              sampling=sampling, seed=i, stop_token_ids=stops)  # fmt: skip
+            if vanilla_tokens is not None and result.tokens != vanilla_tokens[i]:
+                raise AssertionError(f"{name}: the greedy output of prompt {i} ({kind}) differs "
+                                     "from vanilla's")  # fmt: skip
+            out[name].append({"kind": kind, "emitted": len(result.tokens),
+                              "forwards": result.target_forwards})  # fmt: skip
+            if progress is not None:
+                progress.update(1)
+                progress.set_postfix_str(f"T={temperature:g} {name}")
+    return out
+
+
+def plot(results: dict, path) -> None:
+    """One panel per temperature: τ of each row per kind and over all, with its interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    settings = [s for s in results if s.startswith("T=")]
+    fig, axes = plt.subplots(1, len(settings), figsize=(6.5 * len(settings), 4.2), squeeze=False)
+    for ax, setting in zip(axes[0], settings, strict=True):
+        rows = results[setting]
+        groups = ["all", *[k for k in KINDS if any(k in r["tau"] for r in rows.values())]]
+        width = 0.8 / len(rows)
+        for j, (name, row) in enumerate(rows.items()):
+            x = np.arange(len(groups)) + (j - (len(rows) - 1) / 2) * width
+            tau = np.array([row["tau"][g]["tau"] for g in groups])
+            err = np.array([[t - row["tau"][g]["low"], row["tau"][g]["high"] - t]
+                            for g, t in zip(groups, tau, strict=True)]).T  # fmt: skip
+            ax.bar(x, tau, width, yerr=err, capsize=3, label=name)
+        if setting == "T=0":
+            ax.axhline(3.0, color="grey", linestyle="--", linewidth=1)
+        ax.set_xticks(np.arange(len(groups)), groups)
+        ax.set_ylabel("τ (tokens per target forward)")
+        ax.set_title(f"{setting}: τ with 95 % bootstrap intervals over prompts")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", help="checkpoint directory (default: SmolLM2 from the cache)")
+    parser.add_argument("--template", help="a chat template file (default: the model's own)")
+    parser.add_argument("--eagle3", action="append", metavar="LABEL=DIR", help="an EAGLE-3 head")
+    parser.add_argument(
+        "--eagle1",
+        action="append",
+        metavar="LABEL=DIR",
+        help="an EAGLE-1 head, drafting through the same trees (EAGLE-2)",
+    )
+    parser.add_argument("--trees", default="26:7:8,60:7:10", help="NODES:DEPTH:TOP_K,...")
+    parser.add_argument("--scores", choices=("shipped", "raw"), default="shipped")
+    parser.add_argument("--temperatures", default="0,1")
+    parser.add_argument("--per-kind", type=int, default=12, help="requests of each kind")
+    parser.add_argument("--new-tokens", type=int, default=96)
+    parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--plot", help="write the figure (PNG) here")
+    args = parser.parse_args(argv)
+    try:
+        temperatures = [float(t) for t in args.temperatures.split(",")]
+    except ValueError:
+        raise InvalidInputError(
+            f"--temperatures {args.temperatures!r}: expected comma-separated numbers, e.g. 0,1"
+        ) from None
+    trees = parse_trees(args.trees)
+    heads = parse_heads(args.eagle3, "eagle3") + parse_heads(args.eagle1, "eagle1")
+    if not heads:
+        raise InvalidInputError("no head to measure: pass --eagle3 LABEL=DIR (or --eagle1)")
+    if args.model is None:
+        from minieagle.importers.smollm2 import ensure_smollm2
+
+        args.model = str(ensure_smollm2())
+    params, config, tokenizer = load_checkpoint(args.model, dtype=np.float32)
+    template = load_chat_template(args.model, tokenizer, args.template)
+    prompts = [(kind, encode_chat(tokenizer, template, [{"role": "user", "content": text}]))
+               for kind, text in requests(args.per_kind)]  # fmt: skip
+    stops = sorted(end_of_turn_ids(tokenizer, template, config.eos_token_id))
+    target = (inference.prepare(params, config), config)
+    rows = rows_for(heads, trees, target, args.scores)
+
+    from tqdm.auto import tqdm
+
+    start = time.perf_counter()
+    results = {"model": args.model, "heads": {label: str(p) for label, _, p in heads},
+               "trees": trees, "scores": args.scores, "new_tokens": args.new_tokens,
+               "prompts": [{"kind": k, "prompt_tokens": len(ids)} for k, ids in prompts],
+               "questions": list(QUESTIONS[: args.per_kind])}  # fmt: skip
+    total = len(prompts) * (len(rows) * len(temperatures) + (0.0 in temperatures))
+    with tqdm(total=total, desc="decodes", unit="decode") as bar:
+        vanilla = None
+        if 0.0 in temperatures:
+            vanilla = _vanilla(target, prompts, args.new_tokens, stops, bar)
+        for t in temperatures:
+            per_row = measure(target, prompts, rows, t, args.new_tokens, stops,
+                              vanilla if t == 0 else None, bar)  # fmt: skip
+            results[f"T={t:g}"] = {
+                name: {"tau": summarise(recs), "per_prompt": recs} for name, recs in per_row.items()
+            }
+    results["stop_token_ids"] = stops
+    results["greedy_outputs_equal_to_vanilla"] = vanilla is not None
+    results["seconds"] = round(time.perf_counter() - start, 1)
+    for setting in [k for k in results if k.startswith("T=")]:
+        for name, row in results[setting].items():
+            a = row["tau"]["all"]
+            kinds = "  ".join(f"{k} {v['tau']:.2f}" for k, v in row["tau"].items() if k != "all")
+            interval = f"[{a['low']:.2f}..{a['high']:.2f}]"
+            print(f"{setting} {name:32s} tau {a['tau']:.2f} {interval}  {kinds}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+    if args.plot:
+        plot(results, args.plot)
+    return results
+
+
+def _vanilla(target, prompts, new_tokens: int, stops, bar) -> list[list[int]]:
+    """Each prompt's greedy decoding without a drafter: the reference every T = 0 output is
+    checked against."""
+    out = []
+    for i, (_, ids) in enumerate(prompts):
+        result = generate(*target, ids, max_new_tokens=new_tokens, seed=i, stop_token_ids=stops)
+        out.append(result.tokens)
+        bar.update(1)
+        bar.set_postfix_str("vanilla")
+    return out
+
+
+if __name__ == "__main__":
+    main()
