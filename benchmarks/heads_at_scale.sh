@@ -422,10 +422,15 @@ fi
 #    alone (--loss-mask answers, docs/distill.md). The 960-step-decay run again with that mask
 #    (the runs part at step 0: a whole run) into $S/eagle3-n-d960-ans, measured
 #    beside the run with every row; the better mask becomes the default and step 10's.
-#    Steps 11 and 13 train side by side, one BLAS thread each: a step with the shards' stats
+#    Steps 11 and 13 trained side by side, one BLAS thread each: a step with the shards' stats
 #    took 1.96 s [1.91..2.66] at two threads alone, and 3.80 / 3.46 s in two such processes
 #    side by side (`benchmarks/feature_step.py --repeats 3`, 2026-12-04, the rest paused):
 #    two runs side by side finish a little sooner (about 7 %) than one after the other.
+#    Step 13 paused at step 1,675 of 3,200 (2026-12-04, night), step 11 going on alone at two
+#    threads: at every evaluation so far (steps 400, 800, 1,200, 1,600, all at the peak rate)
+#    the mask scored lower top-1 one step ahead on all four held-out sets, by 0.012-0.031 (val,
+#    T = 0: 0.573 / 0.570 / 0.574 / 0.571 against 0.595 / 0.598 / 0.596 / 0.602). Its run
+#    resumes at the end of the queue, for the record; every row stays the default.
 # 14. Train the draft steps the trees reach. Every SmolLM2 head trained 3 TTT steps (the official
 #    code: 7), yet the 26- and 60-node trees draft 8 levels deep. Unrolled 7 steps on the held-out
 #    answers (benchmarks/chat_acceptance.py --steps 7, 2026-12-04), the shipped head's top-1 falls
@@ -438,25 +443,19 @@ fi
 #    +0.104 (val), τ 2.61 / 2.78 at 26 / 60 nodes (from 2.54 / 2.74). So step 11's head gets the
 #    same 200-step finish into $S/eagle3-n-t7, scored 7 steps deep beside its start, and the
 #    pilot joins the ship measurement (cli_candidates) as a candidate; the runs after it (step 10)
-#    end with such a finish too. The order after steps 11 and 13 puts the ship decision first:
+#    end with such a finish too. The order after step 11 puts the ship decision first:
 #    the finish (about 10 minutes alone), the candidates' speed from the command line, then the
 #    finished head's scores, acceptance and τ on 36 held-out requests (chat_tau, beside the
 #    shipped head's and the pilot's of 2026-12-04: docs/results/smollm2-chat-tau.json), and only
-#    then steps 11 and 13's own measurements.
+#    then step 11's own measurement.
 if [ "$MODE" = continue ]; then
   { heldout_answers 9; chat_answers chat3 2; shipped_start n 6e04c1e
-    echo "{"
-    THREADS=1 train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960
-    echo "} &"; echo "{"
-    THREADS=1 train_chat_head "$S/eagle3-n-d960-ans" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3 --loss-mask answers" 960 n-d960-ans
-    echo "} &"; echo "wait"
-    echo "[ -f $S/eagle3-n-d960/final/model.safetensors ] && [ -f $S/eagle3-n-d960-ans/final/model.safetensors ] || exit 1"
+    train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960
     STEPS=200 TTT=7 LR=1e-3 WARMUP=20 train_chat_head "$S/eagle3-n-t7" "$S/eagle3-n-d960/final" "$S/chat3-T0 $S/chat3-T1" "--seed 5" 100 n-t7
     cli_candidates n "t7=$S/eagle3-n-t7/final pilot=$S/pilot-t7/final d960=$S/eagle3-n-d960/final"
     ACC_STEPS=7 measure_chat_head "$S/eagle3-n-t7" n-t7 "n-d960=$S/eagle3-n-d960/final"
     chat_tau n-t7 "t7=$S/eagle3-n-t7/final"
     measure_chat_head "$S/eagle3-n-d960" n-d960 "shipped=$S/start-eagle3-n"
-    measure_chat_head "$S/eagle3-n-d960-ans" n-d960-ans "n-d960=$S/eagle3-n-d960/final"
     train_chat_head "$S/eagle3-n-d1600" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 1600 n-d1600 "$S/eagle3-n-d960@1600"
     measure_chat_head "$S/eagle3-n-d1600" n-d1600 "n-d960=$S/eagle3-n-d960/final"
     chat_answers chat4 3 64
@@ -464,7 +463,9 @@ if [ "$MODE" = continue ]; then
     measure_chat_head "$S/eagle3-m" m "n-d960=$S/eagle3-n-d960/final"
     STEPS=200 TTT=7 LR=1e-3 WARMUP=20 train_chat_head "$S/eagle3-m-t7" "$S/eagle3-m/final" "$S/chat4-T0 $S/chat4-T1" "--seed 5" 100 m-t7
     ACC_STEPS=7 measure_chat_head "$S/eagle3-m-t7" m-t7 "m=$S/eagle3-m/final"
-    chat_tau m-t7 "m-t7=$S/eagle3-m-t7/final"; } \
+    chat_tau m-t7 "m-t7=$S/eagle3-m-t7/final"
+    THREADS=1 train_chat_head "$S/eagle3-n-d960-ans" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3 --loss-mask answers" 960 n-d960-ans
+    measure_chat_head "$S/eagle3-n-d960-ans" n-d960-ans "n-d960=$S/eagle3-n-d960/final"; } \
     | start_smollm2_run n new-data.log chat3
 fi
 echo "started ($MODE); see: bash benchmarks/heads_at_scale.sh status"
