@@ -326,12 +326,15 @@ cli_candidates() {
         benchmarks/smollm2_cli.py --model $M$flags --methods $methods \
         --out $S/cli-candidates-$1.json >$S/cli-candidates-$1.log 2>&1"
 }
-# chat_tau TAG "LABEL=DIR ...": τ of the EAGLE-3 heads on 36 held-out chat requests of three
-#   kinds, 26 and 60 nodes, T = 0 and 1, with 95 % intervals (benchmarks/chat_tau.py, about 15
-#   minutes a head on one core) into $S/chat-tau-TAG.json and .png.
+# chat_tau TAG "LABEL=DIR ...": τ of the EAGLE-3 heads (an EAGLE-1 head's entry written
+#   e1:LABEL=DIR, drafting through the same trees: EAGLE-2) on 36 held-out chat requests of
+#   three kinds, 26 and 60 nodes, T = 0 and 1, with 95 % intervals (benchmarks/chat_tau.py, about
+#   half an hour a head on a busy machine) into $S/chat-tau-TAG.json and .png.
 chat_tau() {
   local flags="" c
-  for c in $2; do flags="$flags --eagle3 $c"; done
+  for c in $2; do
+    case $c in e1:*) flags="$flags --eagle1 ${c#e1:}" ;; *) flags="$flags --eagle3 $c" ;; esac
+  done
   echo "[ -f $S/chat-tau-$1.json ] || OPENBLAS_NUM_THREADS=1 python benchmarks/chat_tau.py \
         --model $M$flags --out $S/chat-tau-$1.json --plot $S/chat-tau-$1.png \
         >$S/chat-tau-$1.log 2>&1"
@@ -454,7 +457,7 @@ if [ "$MODE" = continue ]; then
     STEPS=200 TTT=7 LR=1e-3 WARMUP=20 train_chat_head "$S/eagle3-n-t7" "$S/eagle3-n-d960/final" "$S/chat3-T0 $S/chat3-T1" "--seed 5" 100 n-t7
     cli_candidates n "t7=$S/eagle3-n-t7/final pilot=$S/pilot-t7/final d960=$S/eagle3-n-d960/final"
     ACC_STEPS=7 measure_chat_head "$S/eagle3-n-t7" n-t7 "n-d960=$S/eagle3-n-d960/final"
-    chat_tau n-t7 "t7=$S/eagle3-n-t7/final"
+    chat_tau n-t7 "t7=$S/eagle3-n-t7/final e1:eagle1=minieagle/pretrained/smollm2-eagle1"
     measure_chat_head "$S/eagle3-n-d960" n-d960 "shipped=$S/start-eagle3-n"
     train_chat_head "$S/eagle3-n-d1600" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 1600 n-d1600 "$S/eagle3-n-d960@1600"
     measure_chat_head "$S/eagle3-n-d1600" n-d1600 "n-d960=$S/eagle3-n-d960/final"
