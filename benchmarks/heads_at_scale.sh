@@ -433,7 +433,9 @@ fi
 #    threads: at every evaluation so far (steps 400, 800, 1,200, 1,600, all at the peak rate)
 #    the mask scored lower top-1 one step ahead on all four held-out sets, by 0.012-0.031 (val,
 #    T = 0: 0.573 / 0.570 / 0.574 / 0.571 against 0.595 / 0.598 / 0.596 / 0.602). Its run
-#    resumes at the end of the queue, for the record; every row stays the default.
+#    resumes at the end of the queue, for the record; every row stays the default. Step 11 and
+#    its finish keep one thread: two BLAS threads beside a session's work (benchmarks/chat_tau.py
+#    at nice 0) took 16 s a step, against 5.6 s for one thread beside two other processes.
 # 14. Train the draft steps the trees reach. Every SmolLM2 head trained 3 TTT steps (the official
 #    code: 7), yet the 26- and 60-node trees draft 8 levels deep. Unrolled 7 steps on the held-out
 #    answers (benchmarks/chat_acceptance.py --steps 7, 2026-12-04), the shipped head's top-1 falls
@@ -453,8 +455,8 @@ fi
 #    then step 11's own measurement.
 if [ "$MODE" = continue ]; then
   { heldout_answers 9; chat_answers chat3 2; shipped_start n 6e04c1e
-    train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960
-    STEPS=200 TTT=7 LR=1e-3 WARMUP=20 train_chat_head "$S/eagle3-n-t7" "$S/eagle3-n-d960/final" "$S/chat3-T0 $S/chat3-T1" "--seed 5" 100 n-t7
+    THREADS=1 train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960
+    THREADS=1 STEPS=200 TTT=7 LR=1e-3 WARMUP=20 train_chat_head "$S/eagle3-n-t7" "$S/eagle3-n-d960/final" "$S/chat3-T0 $S/chat3-T1" "--seed 5" 100 n-t7
     cli_candidates n "t7=$S/eagle3-n-t7/final pilot=$S/pilot-t7/final d960=$S/eagle3-n-d960/final"
     ACC_STEPS=7 measure_chat_head "$S/eagle3-n-t7" n-t7 "n-d960=$S/eagle3-n-d960/final"
     chat_tau n-t7 "t7=$S/eagle3-n-t7/final e1:eagle1=minieagle/pretrained/smollm2-eagle1"
