@@ -6,8 +6,9 @@ to tell two heads a few hundredths apart or to say where τ stands. This script 
 (emitted tokens per target forward: no timing, so it may run beside training) on three kinds of
 request, each a chat turn rendered with the model's template, none seen in training:
 
-- "heldout-chat": the requests the heads trained on (`train_eagle.CHAT_REQUESTS`), about
-  passages of the corpora's test splits (the heads trained on the train splits);
+- "heldout-chat": two of the ten requests the heads' training answers were written for
+  (`train_eagle.CHAT_REQUESTS`, among `distill.CHAT_REQUESTS`), about passages of the corpora's
+  test splits (the heads trained on the train splits);
 - "ood-chat": the same requests about passages from other packages' docs and code
   (minieagle/data/ood_prompts.jsonl, 24 prose and 24 code);
 - "questions": `QUESTIONS` below, requests of other kinds that name no passage (writing code,

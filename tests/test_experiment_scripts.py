@@ -975,6 +975,9 @@ def test_the_chat_tau_script_pools_tau_per_kind_with_intervals(scripts, tmp_path
                 assert s["tau"] == pytest.approx(pooled) and 1 <= pooled <= 5  # 4 levels + 1
                 assert s["low"] <= s["tau"] <= s["high"]
     assert results["greedy_outputs_equal_to_vanilla"]
+    from minieagle.distill import CHAT_REQUESTS
+
+    assert set(tau.CHAT_REQUESTS.values()) <= set(CHAT_REQUESTS)  # requests the heads met
     with pytest.raises(InvalidInputError, match="--eagle3 'x=/nowhere'"):
         tau.main([*argv[:4], "--eagle3", "x=/nowhere"])
     with pytest.raises(InvalidInputError, match="--trees '8:3'"):
