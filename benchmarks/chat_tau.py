@@ -21,7 +21,9 @@ raw`: raw scores), at each temperature of `--temperatures` (T > 0: the sampled t
 decodes with seed i, until end of turn or `--new-tokens`. At T = 0 every output is checked equal
 to vanilla's (a difference stops the run). τ is pooled (all emitted tokens over all forwards),
 per kind and over all prompts; its 95 % interval is a bootstrap over the prompts (resampled
-within each kind, 2,000 times).
+within each kind, 2,000 times). Every head's row after the first's is also compared with the
+first head's row at the same tree, prompt by prompt (`against_first`: the difference in τ with
+a paired bootstrap interval, and on how many prompts each is higher).
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/chat_tau.py \\
         --eagle3 shipped=minieagle/pretrained/smollm2-eagle3 --eagle3 new=DIR \\
@@ -126,6 +128,24 @@ def bootstrap_interval(emitted, forwards, kinds, *, resamples: int = 2000, seed:
     taus = emitted[draws].sum(axis=1) / forwards[draws].sum(axis=1)
     low, high = np.percentile(taus, [2.5, 97.5])
     return float(low), float(high)
+
+
+def paired_difference(first: list[dict], second: list[dict], *, resamples: int = 4000,
+                      seed: int = 0) -> dict:  # fmt: skip
+    """The pooled τ of `second` minus that of `first`, two rows' records of the same prompts in
+    the same order, with the 2.5 and 97.5 percentiles of that difference over `resamples` draws
+    of the prompts (each draw the same prompts for both rows: paired), and the prompts where
+    each is higher."""
+    if [r["kind"] for r in first] != [r["kind"] for r in second]:
+        raise InvalidInputError("paired rows must hold the same prompts in the same order")
+    e1, f1, e2, f2 = (np.array([r[key] for r in rows], float)
+                      for rows in (first, second) for key in ("emitted", "forwards"))  # fmt: skip
+    draws = np.random.default_rng(seed).integers(0, len(first), size=(resamples, len(first)))
+    diffs = e2[draws].sum(1) / f2[draws].sum(1) - e1[draws].sum(1) / f1[draws].sum(1)
+    low, high = np.percentile(diffs, [2.5, 97.5])
+    return {"difference": pooled_tau(e2, f2) - pooled_tau(e1, f1), "low": float(low),
+            "high": float(high), "second_higher": int(np.sum(e2 / f2 > e1 / f1)),
+            "first_higher": int(np.sum(e2 / f2 < e1 / f1))}  # fmt: skip
 
 
 def summarise(records: list[dict]) -> dict:
@@ -239,8 +259,9 @@ def plot(results: dict, path) -> None:
         ax.set_xticks(np.arange(len(groups)), groups)
         ax.set_ylabel("τ (tokens per target forward)")
         ax.set_title(f"{setting}: τ with 95 % bootstrap intervals over prompts")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 4), fontsize=8)
+    fig.tight_layout(rect=(0, 0.07 * ((len(labels) + 3) // 4), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -304,6 +325,16 @@ def main(argv=None) -> dict:
             results[f"T={t:g}"] = {
                 name: {"tau": summarise(recs), "per_prompt": recs} for name, recs in per_row.items()
             }
+    first = heads[0][0]  # every other head's row against the first's at the same tree
+    for setting in [k for k in results if k.startswith("T=")]:
+        rows_here = results[setting]
+        for name, row in rows_here.items():
+            label, tree = name.split(" ")[0], name.split(" ")[-1]
+            base = next((n for n in rows_here if n.startswith(f"{first} ") and n.endswith(tree)),
+                        None)  # fmt: skip
+            if label != first and base is not None:
+                row["against_first"] = {"row": base, **paired_difference(
+                    rows_here[base]["per_prompt"], row["per_prompt"])}  # fmt: skip
     results["stop_token_ids"] = stops
     results["greedy_outputs_equal_to_vanilla"] = vanilla is not None
     results["seconds"] = round(time.perf_counter() - start, 1)
@@ -313,6 +344,11 @@ def main(argv=None) -> dict:
             kinds = "  ".join(f"{k} {v['tau']:.2f}" for k, v in row["tau"].items() if k != "all")
             interval = f"[{a['low']:.2f}..{a['high']:.2f}]"
             print(f"{setting} {name:32s} tau {a['tau']:.2f} {interval}  {kinds}")
+            if "against_first" in row:
+                p = row["against_first"]
+                print(f"    minus {p['row']}: {p['difference']:+.3f} [{p['low']:+.3f}.."
+                      f"{p['high']:+.3f}], higher on {p['second_higher']} prompts, lower on "
+                      f"{p['first_higher']}")  # fmt: skip
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
     if args.plot:

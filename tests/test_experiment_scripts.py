@@ -975,6 +975,18 @@ def test_the_chat_tau_script_pools_tau_per_kind_with_intervals(scripts, tmp_path
                 assert s["tau"] == pytest.approx(pooled) and 1 <= pooled <= 5  # 4 levels + 1
                 assert s["low"] <= s["tau"] <= s["high"]
     assert results["greedy_outputs_equal_to_vanilla"]
+    for setting in ("T=0", "T=1"):  # the second head against the first, prompt by prompt
+        first, second = (results[setting][n] for n in ("e3 eagle3 8:3:2", "e1 eagle2 8:3:2"))
+        paired = second["against_first"]
+        assert paired["row"] == "e3 eagle3 8:3:2" and "against_first" not in first
+        assert paired["difference"] == pytest.approx(second["tau"]["all"]["tau"]
+                                                     - first["tau"]["all"]["tau"])  # fmt: skip
+        assert paired["low"] <= paired["difference"] <= paired["high"]
+        assert paired["first_higher"] + paired["second_higher"] <= 6
+    same = tau.paired_difference(first["per_prompt"], first["per_prompt"])
+    assert (same["difference"], same["low"], same["high"], same["first_higher"]) == (0, 0, 0, 0)
+    with pytest.raises(InvalidInputError, match="same prompts in the same order"):
+        tau.paired_difference(first["per_prompt"], first["per_prompt"][::-1])
     from minieagle.distill import CHAT_REQUESTS
 
     assert set(tau.CHAT_REQUESTS.values()) <= set(CHAT_REQUESTS)  # requests the heads met
