@@ -31,6 +31,14 @@ a paired bootstrap interval, and on how many prompts each is higher).
 
 `--eagle1 LABEL=DIR` adds EAGLE-1 heads drafting through the same trees (EAGLE-2), for the
 EAGLE-3 / EAGLE-2 ratio on the same prompts.
+
+`--baseline FILE:LABEL` takes head LABEL's rows from an earlier run's JSON instead of decoding
+them again (a head's decoding of prompt i with seed i is the same on every run, at T = 0 and
+T = 1 alike), and compares every new head with them, prompt by prompt: the earlier run must
+hold the same prompts, new-token limit, scores and, at each temperature measured now, the trees.
+
+    OPENBLAS_NUM_THREADS=1 python benchmarks/chat_tau.py --eagle3 new=DIR \
+        --baseline docs/results/smollm2-chat-tau.json:shipped --out new.json
 """
 
 from __future__ import annotations
@@ -266,6 +274,37 @@ def plot(results: dict, path) -> None:
     plt.close(fig)
 
 
+def baseline_rows(spec: str, results: dict, temperatures) -> tuple[str, dict]:
+    """(label, {"T=t": {row: record}}) of `--baseline FILE:LABEL`, checked to be comparable with
+    `results` (this run's settings and prompts, before any decoding)."""
+    path, _, label = spec.rpartition(":")
+    if not path or not label or not Path(path).is_file():
+        raise InvalidInputError(
+            f"--baseline {spec!r}: expected FILE:LABEL, FILE an earlier chat_tau JSON"
+        )
+    earlier = json.loads(Path(path).read_text())
+    for key in ("prompts", "new_tokens", "scores"):
+        if earlier.get(key) != results[key]:
+            raise InvalidInputError(
+                f"--baseline {spec!r}: its {key} differ from this run's; pass the settings it "
+                f"was measured with ({key} = {str(earlier.get(key))[:80]})"
+            )
+    rows = {}
+    for t in temperatures:
+        setting = f"T={t:g}"
+        names = [f"{label} {m} {n}:{d}:{k}" for n, d, k in results["trees"]
+                 for m in ("eagle3", "eagle2")]  # fmt: skip
+        found = {n: earlier[setting][n] for n in names if n in earlier.get(setting, {})}
+        if len(found) != len(results["trees"]):
+            raise InvalidInputError(
+                f"--baseline {spec!r}: {setting} lacks head {label!r} at some of the trees "
+                f"{results['trees']} (it holds {sorted(earlier.get(setting, {}))})"
+            )
+        rows[setting] = {n: {"tau": r["tau"], "per_prompt": r["per_prompt"], "from": path}
+                         for n, r in found.items()}  # fmt: skip
+    return label, rows
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="checkpoint directory (default: SmolLM2 from the cache)")
@@ -282,6 +321,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--per-kind", type=int, default=12, help="requests of each kind")
     parser.add_argument("--new-tokens", type=int, default=96)
+    parser.add_argument("--baseline", metavar="FILE:LABEL",
+                        help="head LABEL's rows from an earlier run's JSON, not decoded again, "
+                        "every new head compared with them")  # fmt: skip
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--plot", help="write the figure (PNG) here")
     args = parser.parse_args(argv)
@@ -314,6 +356,15 @@ def main(argv=None) -> dict:
                "trees": trees, "scores": args.scores, "new_tokens": args.new_tokens,
                "prompts": [{"kind": k, "prompt_tokens": len(ids)} for k, ids in prompts],
                "questions": list(QUESTIONS[: args.per_kind])}  # fmt: skip
+    baseline = None
+    if args.baseline:
+        baseline = baseline_rows(args.baseline, results, temperatures)
+        if baseline[0] in results["heads"]:
+            raise InvalidInputError(
+                f"--baseline {args.baseline!r}: a head of this run is labelled "
+                f"{baseline[0]!r} too; label it otherwise"
+            )
+        results["baseline"] = args.baseline
     total = len(prompts) * (len(rows) * len(temperatures) + (0.0 in temperatures))
     with tqdm(total=total, desc="decodes", unit="decode") as bar:
         vanilla = None
@@ -323,9 +374,12 @@ def main(argv=None) -> dict:
             per_row = measure(target, prompts, rows, t, args.new_tokens, stops,
                               vanilla if t == 0 else None, bar)  # fmt: skip
             results[f"T={t:g}"] = {
-                name: {"tau": summarise(recs), "per_prompt": recs} for name, recs in per_row.items()
-            }
-    first = heads[0][0]  # every other head's row against the first's at the same tree
+                **(baseline[1][f"T={t:g}"] if baseline else {}),
+                **{name: {"tau": summarise(recs), "per_prompt": recs}
+                   for name, recs in per_row.items()},
+            }  # fmt: skip
+    # every other head's row against the first's (the baseline's) at the same tree
+    first = baseline[0] if baseline else heads[0][0]
     for setting in [k for k in results if k.startswith("T=")]:
         rows_here = results[setting]
         for name, row in rows_here.items():

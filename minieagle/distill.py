@@ -36,6 +36,13 @@ Prompt sources:
   corpora's validation or test splits or from other packages' docs and code
   (data/ood_prompts.jsonl) instead: held-out sets of the same kind as the training data, on
   which `benchmarks/chat_acceptance.py` measures a head's acceptance.
+- "requests": a general request to an assistant that names no passage (data/requests.jsonl:
+  code, science, cooking, writing, advice...; written for training by the minieagle team),
+  rendered with the chat template and answered. Its "train" / "val" / "test" splits part the
+  requests by a hash of their text (`data.request_records`). The windows take the requests in a
+  shuffled order, a new order each time the set is used up; at T = 0 an answer to a request is
+  always the same, so a greedy run writes one pass over the set at most (its shard count
+  capped to fit, the last shard partial).
 - "corpus-windows": no sampling at all: non-overlapping windows tiling the training splits,
   their features recorded (teacher forcing), so corpus and self-distilled data train side by side
   from the same kind of shard.
@@ -70,7 +77,7 @@ from minieagle.layers import logsumexp
 
 RUN_FILE = "distill.json"
 FORMAT = "minieagle-distill-1"
-SOURCES = ("corpus", "chat", "corpus-windows")
+SOURCES = ("corpus", "chat", "requests", "corpus-windows")
 # where "corpus" and "chat" prompts draw their passages: the bundled corpora's splits, or the
 # out-of-domain passages of data/ood_prompts.jsonl (24 of each kind, from other packages);
 # heads train on "train", and "val", "test" and "ood" make held-out sets of the same kind
@@ -98,7 +105,7 @@ class DistillConfig:
 
     target: str  # the target's checkpoint directory (with tokenizer.json)
     out_dir: str
-    source: str = "corpus"  # "corpus", "chat" or "corpus-windows"
+    source: str = "corpus"  # "corpus", "chat", "requests" or "corpus-windows"
     corpora: tuple[str, ...] = ("prose", "code")
     shards: int = 8  # shards to write (a resumed run may ask for more: they are appended)
     shard_windows: int = 256  # sequences per shard
@@ -126,6 +133,11 @@ class DistillConfig:
             raise InvalidInputError(
                 f"split={self.split!r} with source 'corpus-windows': that source tiles the "
                 "training splits; pass split 'train', or source 'corpus' or 'chat'"
+            )
+        if self.split == "ood" and self.source == "requests":
+            raise InvalidInputError(
+                "split='ood' with source 'requests': the requests have no out-of-domain part; "
+                "pass split 'train', 'val' or 'test'"
             )
         for name in ("shards", "shard_windows", "batch_size", "prompt_tokens"):
             value = getattr(self, name)
@@ -276,6 +288,7 @@ class _PromptSource:
     streams: list
     chat: tuple | None = None  # (tokenizer, chat template)
     tiles: tuple | None = None  # "corpus-windows": (windows int32 [N, W], stream int32 [N])
+    requests: tuple | None = None  # "requests": (prompt ids of each, category index of each)
     _cache: dict = field(default_factory=dict)
 
     def shard(self, index: int, rng: np.random.Generator):
@@ -286,6 +299,8 @@ class _PromptSource:
             windows, sources = self.tiles
             part = slice(index * n, (index + 1) * n)
             return [list(w) for w in windows[part]], sources[part]
+        if self.requests is not None:
+            return self._request_prompts(index)
         prompts, sources = [], []
         for _ in range(n):
             which = int(rng.integers(len(self.streams)))
@@ -296,6 +311,22 @@ class _PromptSource:
                 passage = self._chat_prompt(passage, int(rng.integers(len(CHAT_REQUESTS))))
             prompts.append(passage)
             sources.append(which)
+        return prompts, np.asarray(sources, dtype=np.int32)
+
+    def _request_prompts(self, index: int):
+        """Shard `index` of source "requests": windows k = index * shard_windows + j take the
+        requests in order of a permutation drawn anew (from the seed) for every pass over them."""
+        ids, categories = self.requests
+        n, N = self.cfg.shard_windows, len(ids)
+        stop = (index + 1) * n if self.cfg.temperature > 0 else min((index + 1) * n, N)
+        prompts, sources = [], []
+        for k in range(index * n, stop):  # at T = 0 one pass, its last shard a part
+            order = self._cache.get(("order", k // N))
+            if order is None:
+                order = np.random.default_rng([self.cfg.seed, 1 << 21, k // N]).permutation(N)
+                self._cache = {("order", k // N): order}  # one pass's order at a time
+            prompts.append(list(ids[order[k % N]]))
+            sources.append(categories[order[k % N]])
         return prompts, np.asarray(sources, dtype=np.int32)
 
     def _chat_prompt(self, passage_ids, request: int) -> list[int]:
@@ -317,6 +348,8 @@ class _PromptSource:
 def _prompt_source(cfg: DistillConfig, tokenizer, out_dir: Path) -> _PromptSource:
     from minieagle.train import token_stream
 
+    if cfg.source == "requests":
+        return _PromptSource(cfg, [], requests=_request_prompts(cfg, tokenizer))
     if cfg.split == "ood":
         streams = [_ood_stream(tokenizer, c, cfg.max_train_chars) for c in cfg.corpora]
     else:
@@ -346,6 +379,27 @@ def _prompt_source(cfg: DistillConfig, tokenizer, out_dir: Path) -> _PromptSourc
     return source
 
 
+def _request_prompts(cfg: DistillConfig, tokenizer) -> tuple[list, np.ndarray]:
+    """Source "requests": every request of cfg.split rendered with the chat template (token ids),
+    and its category's index in `data.REQUEST_CATEGORIES`-order (the sorted category names)."""
+    from minieagle.chat import encode_chat, load_chat_template
+    from minieagle.data import request_records
+
+    template = load_chat_template(cfg.target, tokenizer, cfg.chat_template or None)
+    records = request_records(cfg.split)
+    names = sorted({r["category"] for r in request_records()})
+    ids = [encode_chat(tokenizer, template, [{"role": "user", "content": r["request"]}])
+           for r in records]  # fmt: skip
+    longest = max(range(len(ids)), key=lambda i: len(ids[i]))
+    if len(ids[longest]) >= cfg.window_tokens:
+        raise InvalidInputError(
+            f"request {records[longest]['request'][:60]!r}... takes {len(ids[longest])} tokens "
+            f"with the chat template, leaving no room to answer in windows of "
+            f"{cfg.window_tokens}; raise window_tokens"
+        )
+    return ids, np.asarray([names.index(r["category"]) for r in records], dtype=np.int32)
+
+
 def _ood_stream(tokenizer, corpus: str, max_chars: int = 0) -> np.ndarray:
     """The out-of-domain passages of one kind ("prose" or "code") in data/ood_prompts.jsonl,
     as one stream of ids like a corpus split's (`train.encode_documents`)."""
@@ -365,7 +419,10 @@ def _ood_stream(tokenizer, corpus: str, max_chars: int = 0) -> np.ndarray:
 
 def shards_available(cfg: DistillConfig, source: _PromptSource) -> int:
     """How many shards the source can fill: unbounded for sampled prompts, the tiled windows'
-    count for "corpus-windows" (the last shard may be partial)."""
+    count for "corpus-windows" (the last shard may be partial), and for "requests" at T = 0 the
+    shards of one pass over the requests (a greedy answer is the same each time)."""
+    if source.requests is not None and cfg.temperature == 0:
+        return min(cfg.shards, -(-len(source.requests[0]) // cfg.shard_windows))
     if source.tiles is None:
         return cfg.shards
     return min(cfg.shards, -(-len(source.tiles[0]) // cfg.shard_windows))
@@ -390,6 +447,8 @@ def provenance(cfg: DistillConfig, fingerprint: str) -> dict:
         "corpus": f"random windows of {passages} ({licence})",
         "chat": f"requests about passages of {passages}, rendered with the target's chat "
         "template (CHAT_REQUESTS in minieagle/distill.py)",
+        "requests": f"the {cfg.split} split of the general requests in data/requests.jsonl "
+        "(written for training by the minieagle team), rendered with the target's chat template",
         "corpus-windows": f"{passages}, tiled (no sampling)",
     }
     record.update(

@@ -109,3 +109,39 @@ def test_clean_rest_keeps_the_words_and_drops_the_markup() -> None:
         "Title\n\nUse len or join with `x`, see the guide:\n\n   >>> len('ab')\n\n"
         "New in version 3.2.\n"
     )
+
+
+def test_requests_split_about_90_5_5_and_stay_apart_from_the_held_out_questions() -> None:
+    """data/requests.jsonl: distinct requests in every split, and none shares a run of six
+    words with the questions chat_tau holds out (benchmarks/chat_tau.py QUESTIONS), so the
+    "questions" kind stays requests no head trained on."""
+    import importlib.util
+    import re
+
+    from minieagle.data import request_records
+
+    everything = request_records()
+    assert len(everything) >= 900
+    assert all(set(r) == {"category", "request"} and r["request"].strip() for r in everything)
+    texts = [r["request"].strip().lower() for r in everything]
+    assert len(set(texts)) == len(texts)
+    parts = {split: request_records(split) for split in ("train", "val", "test")}
+    assert sum(len(p) for p in parts.values()) == len(everything)
+    assert 0.85 < len(parts["train"]) / len(everything) < 0.95 and parts["val"] and parts["test"]
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "chat_tau.py"
+    spec = importlib.util.spec_from_file_location("chat_tau", path)
+    chat_tau = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(chat_tau)
+
+    def grams(text: str) -> set:
+        words = re.sub(r"[^a-z0-9 ]", " ", text.lower()).split()
+        return {tuple(words[i : i + 6]) for i in range(len(words) - 5)}
+
+    held_out = set().union(*(grams(q) for q in chat_tau.QUESTIONS))
+    shared = [r["request"] for r in everything if grams(r["request"]) & held_out]
+    assert not shared, shared[:3]
+
+
+def test_the_requests_ship_with_their_provenance() -> None:
+    text = (Path(__file__).resolve().parents[1] / "minieagle/data/PROVENANCE.md").read_text()
+    assert "requests.jsonl" in text

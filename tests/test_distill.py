@@ -304,6 +304,60 @@ def test_chat_prompts_are_rendered_with_the_template(tmp_path):
         assert tokenizer.decode(row.tolist()).startswith("USER: ")
 
 
+def test_general_requests_are_answered_through_the_template(tmp_path):
+    """Source "requests": each window is a request of the chosen split rendered with the chat
+    template, then the target's answer; a greedy run stops after one pass over the requests."""
+    from minieagle.data import request_records
+    from minieagle.distill import _PromptSource, shards_available
+
+    template = tmp_path / "chat.jinja"
+    template.write_text("{% for m in messages %}USER: {{ m['content'] }}\nASSISTANT:{% endfor %}")
+    cfg = _cfg(tmp_path, source="requests", split="val", window_tokens=400, shards=1,
+               shard_windows=2, keys=("final",), chat_template=str(template))  # fmt: skip
+    run_distill(cfg, progress=False)
+    _, _, tokenizer = load_checkpoint(SMALL)
+    asked = {f"USER: {r['request']}\nASSISTANT:" for r in request_records("val")}
+    for row in np.load(shard_dir(cfg.out_dir, 0) / "windows.npy"):
+        text = tokenizer.decode(row.tolist())
+        assert any(text.startswith(prompt) for prompt in asked), text[:80]
+    record = json.loads((Path(cfg.out_dir) / "distill.json").read_text())
+    assert "data/requests.jsonl" in record["prompt_source"] and record["split"] == "val"
+    greedy = _cfg(tmp_path, "greedy", source="requests", temperature=0.0, shards=10_000,
+                  shard_windows=64)  # fmt: skip
+    source = _PromptSource(greedy, [], requests=([[1]] * 130, np.zeros(130, np.int32)))
+    assert shards_available(greedy, source) == 3  # 130 requests: 2 full shards and a part
+    assert len(source._request_prompts(2)[0]) == 2
+    sampled = _cfg(tmp_path, "t1", source="requests", shards=10_000, shard_windows=64)
+    assert shards_available(sampled, _PromptSource(sampled, [], requests=source.requests)) == 10_000
+
+
+def test_request_windows_take_every_request_once_a_pass_in_any_shard_order(tmp_path):
+    from minieagle.distill import _PromptSource
+
+    cfg = _cfg(tmp_path, source="requests", shard_windows=3)
+    requests = ([[i] for i in range(5)], np.arange(5, dtype=np.int32) % 2)
+
+    def shard(source, index):
+        prompts, streams = source._request_prompts(index)
+        assert streams.tolist() == [p[0] % 2 for p in prompts]  # each request's category
+        return [p[0] for p in prompts]
+
+    forward = _PromptSource(cfg, [], requests=requests)
+    taken = [shard(forward, i) for i in range(4)]  # 12 windows: two passes and a part
+    flat = sum(taken, [])
+    assert sorted(flat[:5]) == sorted(flat[5:10]) == list(range(5)) and flat[:5] != flat[5:10]
+    backward = _PromptSource(cfg, [], requests=requests)
+    assert [shard(backward, i) for i in (3, 2, 1, 0)] == taken[::-1]
+    other = _PromptSource(_cfg(tmp_path, source="requests", shard_windows=3, seed=1), [],
+                          requests=requests)  # fmt: skip
+    assert [shard(other, i) for i in range(4)] != taken
+
+
+def test_requests_have_no_out_of_domain_split(tmp_path):
+    with pytest.raises(InvalidInputError, match="split='ood' with source 'requests'"):
+        _cfg(tmp_path, source="requests", split="ood")
+
+
 def test_the_pool_reads_windows_across_shards_and_runs(tmp_path):
     run_distill(_cfg(tmp_path, "a", shards=2), progress=False)
     run_distill(_cfg(tmp_path, "b", source="corpus-windows", shards=2), progress=False)

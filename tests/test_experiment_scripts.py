@@ -263,7 +263,8 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
     lines = raw.splitlines(keepends=True)
     code = "".join(line for line in lines if not line.lstrip().startswith("#"))
     writers = ("heldout_answers|chat_answers|head_from_shipped|head_decayed_longer|"
-               "train_chat_head|measure_chat_head|cli_candidates|chat_tau")  # fmt: skip
+               "train_chat_head|measure_chat_head|cli_candidates|chat_tau|request_answers|"
+               "heldout_requests")  # fmt: skip
     # with the environment a call sets for itself (THREADS=1, STEPS=800 TTT=7, ...)
     calls = re.findall(rf"(?<![\w$(])(?:[A-Z_]+=\S+ )*(?:{writers}) [^;|\n]*", code)
     assert len(calls) >= 5
@@ -281,6 +282,7 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
     assert len(commands) >= 4
     assert any("--steps 200 " in c and "--ttt-steps 7 " in c and "--lr 1e-3 " in c
                for c in commands)  # step 14  # fmt: skip
+    assert any("--source requests " in c and "--split val " in c for c in commands)  # step 15
     for command in commands:
         argv = shlex.split(command)[1:]
         args = build_parser().parse_args(argv)  # SystemExit on an unknown or bad flag
@@ -987,6 +989,23 @@ def test_the_chat_tau_script_pools_tau_per_kind_with_intervals(scripts, tmp_path
     assert (same["difference"], same["low"], same["high"], same["first_higher"]) == (0, 0, 0, 0)
     with pytest.raises(InvalidInputError, match="same prompts in the same order"):
         tau.paired_difference(first["per_prompt"], first["per_prompt"][::-1])
+    # the same comparison with the first head's rows read from an earlier run, not decoded again
+    alone = [*argv[:4], *argv[4:6], *argv[8:-4], "--out", str(tmp_path / "e3.json")]
+    tau.main(alone)
+    earlier = f"{tmp_path / 'e3.json'}:e3"
+    later = tau.main([*argv[:4], *argv[6:8], *argv[8:-4], "--baseline", earlier])
+    for setting in ("T=0", "T=1"):
+        for name in ("e3 eagle3 8:3:2", "e1 eagle2 8:3:2"):
+            assert later[setting][name]["per_prompt"] == results[setting][name]["per_prompt"]
+        assert (later[setting]["e1 eagle2 8:3:2"]["against_first"]
+                == results[setting]["e1 eagle2 8:3:2"]["against_first"])  # fmt: skip
+    with pytest.raises(InvalidInputError, match="new_tokens differ"):
+        tau.main([*argv[:4], *argv[6:8], *argv[8:-6], "--new-tokens", "9",
+                  "--baseline", earlier])  # fmt: skip
+    with pytest.raises(InvalidInputError, match="lacks head 'e9'"):
+        tau.main([*argv[:4], *argv[6:8], *argv[8:-4], "--baseline", f"{tmp_path / 'e3.json'}:e9"])
+    with pytest.raises(InvalidInputError, match="labelled 'e3' too"):
+        tau.main([*alone[:-2], "--baseline", earlier])
     from minieagle.distill import CHAT_REQUESTS
 
     assert set(tau.CHAT_REQUESTS.values()) <= set(CHAT_REQUESTS)  # requests the heads met

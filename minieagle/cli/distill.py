@@ -61,8 +61,9 @@ def add_parser(sub) -> None:
         "--source",
         choices=SOURCES,
         default="corpus",
-        help="corpus: continue training-split windows; chat: answer requests "
-        "rendered with the chat template; corpus-windows: record the training "
+        help="corpus: continue training-split windows; chat: answer requests about "
+        "passages, rendered with the chat template; requests: answer general requests "
+        "that name no passage (data/requests.jsonl); corpus-windows: record the training "
         "splits' own windows (no sampling)",
     )
     p.add_argument(

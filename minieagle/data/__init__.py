@@ -86,6 +86,28 @@ def ood_records() -> tuple[dict, ...]:
         return tuple(json.loads(line) for line in lines if line.strip())
 
 
+REQUESTS_FILE = _DATA_DIR / "requests.jsonl"
+
+
+@functools.cache
+def _requests() -> tuple[dict, ...]:
+    if not REQUESTS_FILE.is_file():
+        raise MissingFileError(f"{REQUESTS_FILE} is missing; reinstall minieagle")
+    with REQUESTS_FILE.open(encoding="utf-8") as lines:
+        return tuple(json.loads(line) for line in lines if line.strip())
+
+
+def request_records(split: str | None = None) -> list[dict]:
+    """The general requests of `data/requests.jsonl` ({"category", "request"}, written for
+    training by the minieagle team; PROVENANCE.md), in file order: all of them, or those of
+    `split`, which a request's own text picks as a document's path picks its split (`split_of`):
+    adding a request never moves another."""
+    if split is None:
+        return list(_requests())
+    _check_split(split)
+    return [r for r in _requests() if split_of(r["request"]) == split]
+
+
 def load_documents(corpus: str) -> list[Document]:
     """All documents of `corpus` ("prose" or "code"), sorted by `source`."""
     _check_corpus(corpus)
