@@ -78,6 +78,8 @@ from minieagle.layers import logsumexp
 RUN_FILE = "distill.json"
 FORMAT = "minieagle-distill-1"
 SOURCES = ("corpus", "chat", "requests", "corpus-windows")
+# the sources whose windows are a request and the target's answer: scored and masked on the answer
+CHAT_SOURCES = ("chat", "requests")
 # where "corpus" and "chat" prompts draw their passages: the bundled corpora's splits, or the
 # out-of-domain passages of data/ood_prompts.jsonl (24 of each kind, from other packages);
 # heads train on "train", and "val", "test" and "ood" make held-out sets of the same kind

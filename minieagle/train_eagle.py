@@ -452,10 +452,12 @@ def _require_same_target(field: str, entry: str, record: dict, fingerprint: str)
 
 def _answer_cue(cfg: EagleTrainConfig, record: dict, tokenizer):
     """The assistant cue (`chat.assistant_cue`) of a chat distillation run (its distill.json
-    `record`), rendered with the template it was made with; None for any other run."""
+    `record`; sources "chat" and "requests"), rendered with the template it was made with; None
+    for any other run."""
     from minieagle.chat import assistant_cue, load_chat_template
+    from minieagle.distill import CHAT_SOURCES
 
-    if record.get("source") != "chat":
+    if record.get("source") not in CHAT_SOURCES:
         return None
     template = load_chat_template(cfg.target, tokenizer, record.get("chat_template") or None)
     return assistant_cue(tokenizer, template)

@@ -353,6 +353,18 @@ def test_request_windows_take_every_request_once_a_pass_in_any_shard_order(tmp_p
     assert [shard(other, i) for i in range(4)] != taken
 
 
+def test_request_runs_are_scored_and_masked_on_the_answers_as_chat_runs_are(tmp_path):
+    from minieagle.train_eagle import _answer_cue
+
+    template = tmp_path / "chat.jinja"
+    template.write_text("{% for m in messages %}USER: {{ m['content'] }}\nASSISTANT:{% endfor %}")
+    cfg = _head_cfg(tmp_path / "run", ("unused",))
+    _, _, tokenizer = load_checkpoint(SMALL)
+    cues = [_answer_cue(cfg, {"source": source, "chat_template": str(template)}, tokenizer)
+            for source in ("chat", "requests", "corpus")]  # fmt: skip
+    assert cues[0] and cues[1] == cues[0] and cues[2] is None
+
+
 def test_requests_have_no_out_of_domain_split(tmp_path):
     with pytest.raises(InvalidInputError, match="split='ood' with source 'requests'"):
         _cfg(tmp_path, source="requests", split="ood")
