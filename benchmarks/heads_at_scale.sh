@@ -496,7 +496,8 @@ fi
 #    a peak of 2e-3: a fine-tune, not a run from scratch), scored also on held-out answers to
 #    the validation split's requests, calibrated, and its τ on the 36 requests beside the
 #    shipped head's (read from docs/results/smollm2-chat-tau.json: the same decodings), T = 0
-#    first. Then the queue of steps 11-14, the data rebuilt.
+#    first, then its speed from the command line beside the shipped head's (cli_candidates, the
+#    ship decision's measurement). Then the queue of steps 11-14, the data rebuilt.
 if [ "$MODE" = continue ]; then
   # one pass over step 15's data: the greedy pass over the training requests and 56 shards of 64
   R_STEPS=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r('train')) + 56 * 64) // 4))")
@@ -513,6 +514,7 @@ if [ "$MODE" = continue ]; then
         --model $M --fit-prompts 4 --val-prompts 6 --temperatures 0.35,0.5 >$S/calibrate-eagle3-r.log 2>&1"
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=0 chat_tau r-T0 "r=$S/eagle3-r/final"
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r-T1 "r=$S/eagle3-r/final"
+    cli_candidates r "r=$S/eagle3-r/final"
     chat_answers chat3 2; shipped_start n 6e04c1e
     THREADS=1 train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960
     THREADS=1 STEPS=200 TTT=7 LR=1e-3 WARMUP=20 train_chat_head "$S/eagle3-n-t7" "$S/eagle3-n-d960/final" "$S/chat3-T0 $S/chat3-T1" "--seed 5" 100 n-t7
