@@ -489,8 +489,8 @@ fi
 #    3.01 / 2.58 at 60): every head so far trained on answers to requests about a passage of
 #    the Python docs or stdlib, never on a recipe, an email or a maths problem. So (the cache
 #    lost a third time on 2026-12-04, night): the held-out sets again, then SmolLM2's answers to
-#    the ~900 training requests of data/requests.jsonl (one greedy pass, 14 shards, and 40
-#    shards at T = 1: 3.5M tokens), beside the first 16 shards of chat3's greedy answers
+#    the 886 training requests of data/requests.jsonl (one greedy pass, 14 shards, and 40
+#    shards at T = 1: 3,446 windows, 0.89M tokens), beside the first 16 shards of chat3's greedy answers
 #    (rebuilt: requests about passages, so the head keeps what it knows); the shipped head
 #    trained one pass over the three into $S/eagle3-r (its schedule decaying over the last 40 %,
 #    a peak of 2e-3: a fine-tune, not a run from scratch), scored also on held-out answers to
