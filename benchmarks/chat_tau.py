@@ -37,8 +37,13 @@ them again (a head's decoding of prompt i with seed i is the same on every run, 
 T = 1 alike), and compares every new head with them, prompt by prompt: the earlier run must
 hold the same prompts, new-token limit, scores and, at each temperature measured now, the trees.
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/chat_tau.py --eagle3 new=DIR \
+    OPENBLAS_NUM_THREADS=1 python benchmarks/chat_tau.py --eagle3 new=DIR \\
         --baseline docs/results/smollm2-chat-tau.json:shipped --out new.json
+
+`--pair FIRST.json:LABEL SECOND.json:LABEL` decodes nothing: it pairs two earlier runs' rows of
+the same prompts (head LABEL of each file, at every tree and temperature both hold), request by
+request, and prints and writes (`--out`) each difference with its paired interval and each
+file's scores setting (two runs with different `--scores` compare what each decoded with).
 """
 
 from __future__ import annotations
@@ -305,6 +310,36 @@ def baseline_rows(spec: str, results: dict, temperatures) -> tuple[str, dict]:
     return label, rows
 
 
+def pair_runs(first_spec: str, second_spec: str) -> dict:
+    """`--pair`: {"T=t": {tree: paired_difference of the second file's head over the first's}}
+    for every temperature and tree both files hold for their heads."""
+    runs = []
+    for spec in (first_spec, second_spec):
+        path, _, label = spec.rpartition(":")
+        if not path or not label or not Path(path).is_file():
+            raise InvalidInputError(f"--pair {spec!r}: expected FILE:LABEL, FILE a chat_tau JSON")
+        runs.append((json.loads(Path(path).read_text()), label, path))
+    (a, la, pa), (b, lb, pb) = runs
+    for key in ("prompts", "new_tokens"):
+        if a.get(key) != b.get(key):
+            raise InvalidInputError(f"--pair: {pa} and {pb} differ in {key}; they cannot be paired")
+    out = {"first": first_spec, "second": second_spec,
+           "scores": {first_spec: a.get("scores"), second_spec: b.get("scores")}}  # fmt: skip
+    for setting in [k for k in a if k.startswith("T=") and k in b]:
+        for name, row in a[setting].items():
+            label, tree = name.split(" ")[0], name.split(" ")[-1]
+            other = next((n for n in b[setting] if n.split(" ")[0] == lb and n.endswith(tree)),
+                         None)  # fmt: skip
+            if label == la and other is not None:
+                out.setdefault(setting, {})[tree] = {
+                    "first": row["tau"]["all"], "second": b[setting][other]["tau"]["all"],
+                    **paired_difference(row["per_prompt"], b[setting][other]["per_prompt"]),
+                }  # fmt: skip
+    if not any(k.startswith("T=") for k in out):
+        raise InvalidInputError(f"--pair: no temperature and tree holds both {la!r} and {lb!r}")
+    return out
+
+
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="checkpoint directory (default: SmolLM2 from the cache)")
@@ -326,7 +361,19 @@ def main(argv=None) -> dict:
                         "every new head compared with them")  # fmt: skip
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--plot", help="write the figure (PNG) here")
+    parser.add_argument("--pair", nargs=2, metavar="FILE:LABEL",
+                        help="pair two earlier runs' rows, decoding nothing")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.pair:
+        paired = pair_runs(*args.pair)
+        for setting in [k for k in paired if k.startswith("T=")]:
+            for tree, p in paired[setting].items():
+                print(f"{setting} {tree}: {p['second']['tau']:.3f} - {p['first']['tau']:.3f} = "
+                      f"{p['difference']:+.3f} [{p['low']:+.3f}..{p['high']:+.3f}], higher on "
+                      f"{p['second_higher']}, lower on {p['first_higher']}")  # fmt: skip
+        if args.out:
+            Path(args.out).write_text(json.dumps(paired, indent=1) + "\n")
+        return paired
     try:
         temperatures = [float(t) for t in args.temperatures.split(",")]
     except ValueError:

@@ -1006,6 +1006,18 @@ def test_the_chat_tau_script_pools_tau_per_kind_with_intervals(scripts, tmp_path
         tau.main([*argv[:4], *argv[6:8], *argv[8:-4], "--baseline", f"{tmp_path / 'e3.json'}:e9"])
     with pytest.raises(InvalidInputError, match="labelled 'e3' too"):
         tau.main([*alone[:-2], "--baseline", earlier])
+    # two earlier runs paired without decoding: the same figures as one run's comparison
+    later_file = tmp_path / "e1.json"
+    later_file.write_text(json.dumps(later))
+    paired = tau.main(["--pair", earlier, f"{later_file}:e1", "--out", str(tmp_path / "p.json")])
+    for setting in ("T=0", "T=1"):
+        one_run = results[setting]["e1 eagle2 8:3:2"]["against_first"]
+        assert paired[setting]["8:3:2"] == {
+            "first": results[setting]["e3 eagle3 8:3:2"]["tau"]["all"],
+            "second": results[setting]["e1 eagle2 8:3:2"]["tau"]["all"],
+            **{k: v for k, v in one_run.items() if k != "row"}}  # fmt: skip
+    with pytest.raises(InvalidInputError, match="no temperature and tree holds both"):
+        tau.main(["--pair", earlier, f"{later_file}:e9"])
     from minieagle.distill import CHAT_REQUESTS
 
     assert set(tau.CHAT_REQUESTS.values()) <= set(CHAT_REQUESTS)  # requests the heads met
