@@ -42,8 +42,9 @@ hold the same prompts, new-token limit, scores and, at each temperature measured
 
 `--pair FIRST.json:LABEL SECOND.json:LABEL` decodes nothing: it pairs two earlier runs' rows of
 the same prompts (head LABEL of each file, at every tree and temperature both hold), request by
-request, and prints and writes (`--out`) each difference with its paired interval and each
-file's scores setting (two runs with different `--scores` compare what each decoded with).
+request, and prints and writes (`--out`) each difference with its paired interval, over all and
+per kind, and each file's scores setting (two runs with different `--scores` compare what each
+decoded with).
 """
 
 from __future__ import annotations
@@ -331,9 +332,13 @@ def pair_runs(first_spec: str, second_spec: str) -> dict:
             other = next((n for n in b[setting] if n.split(" ")[0] == lb and n.endswith(tree)),
                          None)  # fmt: skip
             if label == la and other is not None:
+                first, second = row["per_prompt"], b[setting][other]["per_prompt"]
+                by_kind = {kind: paired_difference([r for r in first if r["kind"] == kind],
+                                                   [r for r in second if r["kind"] == kind])
+                           for kind in dict.fromkeys(r["kind"] for r in first)}  # fmt: skip
                 out.setdefault(setting, {})[tree] = {
                     "first": row["tau"]["all"], "second": b[setting][other]["tau"]["all"],
-                    **paired_difference(row["per_prompt"], b[setting][other]["per_prompt"]),
+                    **paired_difference(first, second), "by_kind": by_kind,
                 }  # fmt: skip
     if not any(k.startswith("T=") for k in out):
         raise InvalidInputError(f"--pair: no temperature and tree holds both {la!r} and {lb!r}")
@@ -371,6 +376,8 @@ def main(argv=None) -> dict:
                 print(f"{setting} {tree}: {p['second']['tau']:.3f} - {p['first']['tau']:.3f} = "
                       f"{p['difference']:+.3f} [{p['low']:+.3f}..{p['high']:+.3f}], higher on "
                       f"{p['second_higher']}, lower on {p['first_higher']}")  # fmt: skip
+                for kind, k in p["by_kind"].items():
+                    print(f"    {kind}: {k['difference']:+.3f} [{k['low']:+.3f}..{k['high']:+.3f}]")
         if args.out:
             Path(args.out).write_text(json.dumps(paired, indent=1) + "\n")
         return paired

@@ -1012,10 +1012,17 @@ def test_the_chat_tau_script_pools_tau_per_kind_with_intervals(scripts, tmp_path
     paired = tau.main(["--pair", earlier, f"{later_file}:e1", "--out", str(tmp_path / "p.json")])
     for setting in ("T=0", "T=1"):
         one_run = results[setting]["e1 eagle2 8:3:2"]["against_first"]
+        by_kind = paired[setting]["8:3:2"].pop("by_kind")
         assert paired[setting]["8:3:2"] == {
             "first": results[setting]["e3 eagle3 8:3:2"]["tau"]["all"],
             "second": results[setting]["e1 eagle2 8:3:2"]["tau"]["all"],
             **{k: v for k, v in one_run.items() if k != "row"}}  # fmt: skip
+        assert list(by_kind) == list(tau.KINDS)
+        for kind, k in by_kind.items():
+            rows = [results[setting][n]["tau"][kind]["tau"] for n in
+                    ("e3 eagle3 8:3:2", "e1 eagle2 8:3:2")]  # fmt: skip
+            assert k["difference"] == pytest.approx(rows[1] - rows[0])
+            assert k["first_higher"] + k["second_higher"] <= 2
     with pytest.raises(InvalidInputError, match="no temperature and tree holds both"):
         tau.main(["--pair", earlier, f"{later_file}:e9"])
     from minieagle.distill import CHAT_REQUESTS
