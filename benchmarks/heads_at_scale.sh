@@ -359,14 +359,14 @@ cli_candidates() {
 #   three kinds, 26 and 60 nodes, T = 0 and 1, with 95 % intervals (benchmarks/chat_tau.py, about
 #   half an hour a head on a busy machine) into $S/chat-tau-TAG.json and .png (BASELINE=FILE:LABEL
 #   in the caller's environment: that head's rows read from an earlier run, every head compared
-#   with them; TEMPS: the temperatures, e.g. 0).
+#   with them; TEMPS: the temperatures, e.g. 0; SCORES=raw: raw scores).
 chat_tau() {
   local flags="" c
   for c in $2; do
     case $c in e1:*) flags="$flags --eagle1 ${c#e1:}" ;; *) flags="$flags --eagle3 $c" ;; esac
   done
   echo "[ -f $S/chat-tau-$1.json ] || OPENBLAS_NUM_THREADS=1 python benchmarks/chat_tau.py \
-        --model $M$flags ${BASELINE:+--baseline $BASELINE} ${TEMPS:+--temperatures $TEMPS} \
+        --model $M$flags ${BASELINE:+--baseline $BASELINE} ${TEMPS:+--temperatures $TEMPS} ${SCORES:+--scores $SCORES} \
         --out $S/chat-tau-$1.json --plot $S/chat-tau-$1.png >$S/chat-tau-$1.log 2>&1"
 }
 # head_decayed_longer TAG DECAY DATA [FLAGS]: $S/eagle3-TAG's run with its schedule decaying over
@@ -495,12 +495,24 @@ fi
 #    trained one pass over the three into $S/eagle3-r (its schedule decaying over the last 40 %,
 #    a peak of 2e-3: a fine-tune, not a run from scratch), scored also on held-out answers to
 #    the validation split's requests, calibrated, and its τ on the 36 requests beside the
-#    shipped head's (read from docs/results/smollm2-chat-tau.json: the same decodings), T = 0
-#    first, then its speed from the command line beside the shipped head's (cli_candidates, the
-#    ship decision's measurement). Then the queue of steps 11-14, the data rebuilt.
+#    shipped head's (read from docs/results/smollm2-chat-tau.json: the same decodings; at T = 0
+#    both at raw scores, as the shipped head's calibration chose there). Then the queue of steps
+#    11-14, the data rebuilt.
+#    Finished 2026-12-05, night (docs/real_models.md, "Step 15"): on the held-out answers +0.052
+#    top-1 on requests (0.420 -> 0.472), -0.015 on passage requests (val, T = 0); τ on the 36
+#    requests at raw scores +0.17 / +0.14 on the questions, -0.16 / -0.14 on the held-out passage
+#    requests, +0.00 / +0.01 over all (26 / 60 nodes, paired with the shipped head's rows by
+#    `chat_tau.py --pair`): a trade. Not shipped.
+# 16. The trade's test: the same fine-tune with the passage answers at half the data instead of
+#    23 % (chat3's first 54 greedy shards beside the same request answers, one pass, 1,726
+#    steps, seed 7) into $S/eagle3-r2, its τ at T = 0 with raw scores (pair it with
+#    `python benchmarks/chat_tau.py --pair docs/results/smollm2-chat-tau.json:shipped
+#    $S/chat-tau-r2-T0.json:r2`). If the passage requests hold and the questions keep their
+#    gain, the mix is the recipe for a whole run on more of both.
 if [ "$MODE" = continue ]; then
   # one pass over step 15's data: the greedy pass over the training requests and 56 shards of 64
   R_STEPS=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r('train')) + 56 * 64) // 4))")
+  R2_STEPS=$((R_STEPS + (54 - 16) * 64 / 4))  # step 16: 38 more shards of passage answers
   { heldout_answers 9; heldout_requests 9; request_answers req 5 40
     echo "for w in 1 0; do
         minieagle distill --target $M --out-dir $S/chat3-T0 --source chat --temperature 0 \
@@ -512,9 +524,16 @@ if [ "$MODE" = continue ]; then
     VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS=$R_STEPS LR=2e-3 train_chat_head "$S/eagle3-r" "$S/start-eagle3-n" "$S/req-T0 $S/req-T1@0:40 $S/chat3-T0@0:16" "--seed 6" $((R_STEPS * 2 / 5)) r
     echo "[ -f $S/eagle3-r/final/calibration.json ] || minieagle calibrate --head $S/eagle3-r/final \
         --model $M --fit-prompts 4 --val-prompts 6 --temperatures 0.35,0.5 >$S/calibrate-eagle3-r.log 2>&1"
-    BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=0 chat_tau r-T0 "r=$S/eagle3-r/final"
+    SCORES=raw TEMPS=0 chat_tau r-T0 "r=$S/eagle3-r/final"
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r-T1 "r=$S/eagle3-r/final"
-    cli_candidates r "r=$S/eagle3-r/final"
+    echo "for w in 1 0; do
+        minieagle distill --target $M --out-dir $S/chat3-T0 --source chat --temperature 0 \
+          --seed 2 --shards 54 --shard-windows 64 --batch-size 32 --window-tokens 257 \
+          --prompt-tokens 48 --keys 2,15,27,final --worker \$w/2 --quiet &
+      done
+      wait -n && wait -n || exit 1"
+    VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS=$R2_STEPS LR=2e-3 train_chat_head "$S/eagle3-r2" "$S/start-eagle3-n" "$S/req-T0 $S/req-T1@0:40 $S/chat3-T0@0:54" "--seed 7" $((R2_STEPS * 2 / 5)) r2
+    SCORES=raw TEMPS=0 chat_tau r2-T0 "r2=$S/eagle3-r2/final"
     chat_answers chat3 2; shipped_start n 6e04c1e
     THREADS=1 train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960
     THREADS=1 STEPS=200 TTT=7 LR=1e-3 WARMUP=20 train_chat_head "$S/eagle3-n-t7" "$S/eagle3-n-d960/final" "$S/chat3-T0 $S/chat3-T1" "--seed 5" 100 n-t7
