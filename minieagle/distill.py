@@ -383,7 +383,7 @@ def _prompt_source(cfg: DistillConfig, tokenizer, out_dir: Path) -> _PromptSourc
 
 def _request_prompts(cfg: DistillConfig, tokenizer) -> tuple[list, np.ndarray]:
     """Source "requests": every request of cfg.split rendered with the chat template (token ids),
-    and its category's index in `data.REQUEST_CATEGORIES`-order (the sorted category names)."""
+    and its category's index among the sorted category names of all the requests."""
     from minieagle.chat import encode_chat, load_chat_template
     from minieagle.data import request_records
 
