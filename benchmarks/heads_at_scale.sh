@@ -257,6 +257,16 @@ request_answers() {
       wait -n && wait -n || exit 1"
   done
 }
+# greedy_passage_answers SHARDS: chat3's greedy answers (the T = 0 half of chat_answers chat3 2) up to
+#   SHARDS shards, two processes, one per core.
+greedy_passage_answers() {
+  echo "for w in 1 0; do
+        minieagle distill --target $M --out-dir $S/chat3-T0 --source chat --temperature 0 \
+          --seed 2 --shards $1 --shard-windows 64 --batch-size 32 --window-tokens 257 \
+          --prompt-tokens 48 --keys 2,15,27,final --worker \$w/2 --quiet &
+      done
+      wait -n && wait -n || exit 1"
+}
 # heldout_requests SEED: the validation split's requests (about 5 %) answered greedily (one
 #   pass) and at T = 1 (64 windows) into $S/heldout-req-T0 and -T1: held-out sets of the kind
 #   request_answers writes.
@@ -514,24 +524,14 @@ if [ "$MODE" = continue ]; then
   R_STEPS=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r('train')) + 56 * 64) // 4))")
   R2_STEPS=$((R_STEPS + (54 - 16) * 64 / 4))  # step 16: 38 more shards of passage answers
   { heldout_answers 9; heldout_requests 9; request_answers req 5 40
-    echo "for w in 1 0; do
-        minieagle distill --target $M --out-dir $S/chat3-T0 --source chat --temperature 0 \
-          --seed 2 --shards 16 --shard-windows 64 --batch-size 32 --window-tokens 257 \
-          --prompt-tokens 48 --keys 2,15,27,final --worker \$w/2 --quiet &
-      done
-      wait -n && wait -n || exit 1"
+    greedy_passage_answers 16
     shipped_start n 6e04c1e
     VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS=$R_STEPS LR=2e-3 train_chat_head "$S/eagle3-r" "$S/start-eagle3-n" "$S/req-T0 $S/req-T1@0:40 $S/chat3-T0@0:16" "--seed 6" $((R_STEPS * 2 / 5)) r
     echo "[ -f $S/eagle3-r/final/calibration.json ] || minieagle calibrate --head $S/eagle3-r/final \
         --model $M --fit-prompts 4 --val-prompts 6 --temperatures 0.35,0.5 >$S/calibrate-eagle3-r.log 2>&1"
     SCORES=raw TEMPS=0 chat_tau r-T0 "r=$S/eagle3-r/final"
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r-T1 "r=$S/eagle3-r/final"
-    echo "for w in 1 0; do
-        minieagle distill --target $M --out-dir $S/chat3-T0 --source chat --temperature 0 \
-          --seed 2 --shards 54 --shard-windows 64 --batch-size 32 --window-tokens 257 \
-          --prompt-tokens 48 --keys 2,15,27,final --worker \$w/2 --quiet &
-      done
-      wait -n && wait -n || exit 1"
+    greedy_passage_answers 54
     VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS=$R2_STEPS LR=2e-3 train_chat_head "$S/eagle3-r2" "$S/start-eagle3-n" "$S/req-T0 $S/req-T1@0:40 $S/chat3-T0@0:54" "--seed 7" $((R2_STEPS * 2 / 5)) r2
     SCORES=raw TEMPS=0 chat_tau r2-T0 "r2=$S/eagle3-r2/final"
     chat_answers chat3 2; shipped_start n 6e04c1e
