@@ -608,6 +608,17 @@ def draft_vocab_size_for(counts: np.ndarray, coverage: float) -> int:
     return int(min(np.searchsorted(covered, coverage - 1e-12) + 1, len(ranked)))
 
 
+def _token_counts(train_streams, vocab_size: int) -> np.ndarray:
+    """int64 [V]: how often each token id occurs in the training data (a `FeaturePool`'s first
+    block of recorded windows, or token streams), from which a draft vocabulary is chosen."""
+    if isinstance(train_streams, FeaturePool):
+        return train_streams.token_counts(vocab_size)
+    counts = np.zeros(vocab_size, dtype=np.int64)
+    for stream in train_streams:
+        counts += np.bincount(stream, minlength=vocab_size)[:vocab_size]
+    return counts
+
+
 class Eagle3Recipe:
     """What training an EAGLE-3 head needs from the loop: the target's fused features and
     logits of a window, the training-time-test loss, per-step metrics. The draft vocabulary
@@ -627,19 +638,28 @@ class Eagle3Recipe:
         self.cfg, self.target_params, self.target_config = cfg, target_params, target_config
         self.start = None
         self._draft_rows = None  # the target LM head's rows of the draft ids (batch_from_hidden)
+        V = target_config.vocab_size
         if cfg.init_from:  # a trained head: its weights, its draft vocabulary, its aux layers
             self.start, self.head_cfg, self.vocab = load_eagle3_head(
                 cfg.init_from, target_config=target_config, target_dir=cfg.target
             )
-            asked = {"draft_vocab_size": cfg.draft_vocab_size, "aux_layers": cfg.aux_layers}
-            saved = {"draft_vocab_size": self.head_cfg.draft_vocab_size,
-                     "aux_layers": self.head_cfg.aux_layers}  # fmt: skip
-            for name, value in asked.items():
-                if value and value != saved[name]:
+            if cfg.aux_layers and tuple(cfg.aux_layers) != tuple(self.head_cfg.aux_layers):
+                raise InvalidInputError(
+                    f"aux_layers={cfg.aux_layers} differs from the head in {cfg.init_from} "
+                    f"({self.head_cfg.aux_layers}); drop aux_layers (the head brings its own)"
+                )
+            size = self.head_cfg.draft_vocab_size
+            if cfg.draft_vocab_size and cfg.draft_vocab_size != size:
+                if cfg.draft_vocab_size < size:
                     raise InvalidInputError(
-                        f"{name}={value} differs from the head in {cfg.init_from} "
-                        f"({saved[name]}); drop {name} (the head brings its own)"
+                        f"draft_vocab_size={cfg.draft_vocab_size} is smaller than the head's in "
+                        f"{cfg.init_from} ({size}); a trained head's draft vocabulary can only "
+                        f"grow: drop it or pass at least {size}"
                     )
+                self.start, self.head_cfg, self.vocab = eagle3.widen_vocab(  # + the data's tokens
+                    self.start, self.head_cfg, self.vocab, _token_counts(train_streams, V),
+                    cfg.draft_vocab_size, model.lm_head_weight(target_params),
+                )  # fmt: skip
             width = self.head_cfg.layer.intermediate_size
             if cfg.head_intermediate_size and cfg.head_intermediate_size != width:
                 if cfg.head_intermediate_size < width:
@@ -652,13 +672,7 @@ class Eagle3Recipe:
                     self.start, self.head_cfg, cfg.head_intermediate_size, seed=cfg.seed
                 )
             return
-        V = target_config.vocab_size
-        if isinstance(train_streams, FeaturePool):  # recorded windows: count their tokens
-            counts = train_streams.token_counts(V)
-        else:
-            counts = np.zeros(V, dtype=np.int64)
-            for stream in train_streams:
-                counts += np.bincount(stream, minlength=V)[:V]
+        counts = _token_counts(train_streams, V)
         size = cfg.draft_vocab_size or draft_vocab_size_for(counts, cfg.draft_vocab_coverage)
         if size > V:
             raise InvalidInputError(

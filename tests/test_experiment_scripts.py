@@ -264,7 +264,7 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
     code = "".join(line for line in lines if not line.lstrip().startswith("#"))
     writers = ("heldout_answers|chat_answers|head_from_shipped|head_decayed_longer|"
                "train_chat_head|measure_chat_head|cli_candidates|chat_tau|request_answers|"
-               "heldout_requests|greedy_passage_answers")  # fmt: skip
+               "heldout_requests|greedy_passage_answers|calibrate_head")  # fmt: skip
     # with the environment a call sets for itself (THREADS=1, STEPS=800 TTT=7, ...)
     calls = re.findall(rf"(?<![\w$(])(?:[A-Z_]+=\S+ )*(?:{writers}) [^;|\n]*", code)
     assert len(calls) >= 5
@@ -278,7 +278,7 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
     text = re.sub(r"--worker \$w/", "--worker 1/", text)  # the loop's workers 0 and 1
     text = re.sub(r"--split \$split", "--split ood", text)  # the loop's val and ood
     text = re.sub(r"\$\{?[A-Za-z_]+\}?", "X", text)
-    commands = re.findall(r"minieagle (?:distill|train) [^\n&|\">]*", text)  # up to a redirect
+    commands = re.findall(r"minieagle (?:distill|train|calibrate) [^\n&|\">]*", text)  # to >
     assert len(commands) >= 4
     assert any("--steps 200 " in c and "--ttt-steps 7 " in c and "--lr 1e-3 " in c
                for c in commands)  # step 14  # fmt: skip
@@ -286,7 +286,7 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
     for command in commands:
         argv = shlex.split(command)[1:]
         args = build_parser().parse_args(argv)  # SystemExit on an unknown or bad flag
-        assert args.command in ("distill", "train")
+        assert args.command in ("distill", "train", "calibrate")
     for name in ("eagle3_scaling", "chat_acceptance", "chat_tau"):  # their flags, from --help
         runs = re.findall(rf"python benchmarks/{name}.py [^\n>]*", text)
         assert runs, name
@@ -1062,3 +1062,44 @@ def test_the_chat_tau_interval_is_a_bootstrap_of_the_pooled_tau(scripts):
     assert low == high == pytest.approx(2.0)
     low, high = tau.bootstrap_interval([2, 8, 3, 3], [2, 2, 1, 1], ["a", "a", "b", "b"])
     assert 10 / 6 <= low < 16 / 6 < high <= 22 / 6  # the kinds' extremes: a's worst, a's best
+
+
+def test_draft_vocab_coverage_counts_the_argmax_tokens_a_vocabulary_holds(scripts, tmp_path):
+    """benchmarks/draft_vocab_coverage.py: the share of a held-out set's recorded argmax tokens
+    inside a head's draft vocabulary (computed here by hand), and inside the vocabularies
+    `eagle3.grow_draft_vocab` makes from the --counts-from run's tokens: never lower, and 1 at
+    the target's whole vocabulary; a bad --grow is refused naming it."""
+    from minieagle.checkpoint import load_checkpoint
+    from minieagle.distill import DistillConfig, open_shards, run_distill
+    from minieagle.heads.eagle3_io import load_eagle3_head
+
+    coverage = importlib.import_module("draft_vocab_coverage")
+    pretrained = Path(__file__).resolve().parents[1] / "minieagle" / "pretrained"
+    runs = {}
+    for split in ("val", "ood"):
+        runs[split] = tmp_path / split
+        run_distill(DistillConfig(target=str(pretrained / "small"), out_dir=str(runs[split]),
+                                  split=split, shards=1, shard_windows=6, window_tokens=33,
+                                  prompt_tokens=8, temperature=1.0, keys=("final",),
+                                  batch_size=6, max_train_chars=20_000),
+                    progress=False)  # fmt: skip
+    _, config, _ = load_checkpoint(pretrained / "small")
+    _, _, vocab = load_eagle3_head(pretrained / "small-eagle3", target_config=config)
+    V = config.vocab_size
+    argv = ["--model", str(pretrained / "small"), "--head", f"h={pretrained / 'small-eagle3'}",
+            "--grow", f"{vocab.size + 5},{V}", "--counts-from", str(runs["val"]),
+            "--data", str(runs["ood"]), "--out", str(tmp_path / "c.json")]  # fmt: skip
+    report = coverage.main(argv)
+    assert json.loads((tmp_path / "c.json").read_text()) == json.loads(json.dumps(report))
+    shard = open_shards([str(runs["ood"])])[0]
+    top = np.asarray(shard.stats["target-top"][:], dtype=np.int64)[:, :-1]
+    row = report["sets"]["ood"]["covered"]
+    assert report["sets"]["ood"]["positions"] == top.size
+    assert row["h"][0] == pytest.approx(np.asarray(vocab.t2d)[top].mean())
+    assert row["h"][0] < 1.0  # the set reaches outside the head's vocabulary
+    assert row["h"][0] <= row[f"h+{vocab.size + 5}"][0] <= row[f"h+{V}"][0] == 1.0
+    assert report["sizes"] == {"h": vocab.size, f"h+{vocab.size + 5}": vocab.size + 5, f"h+{V}": V}
+    with pytest.raises(InvalidInputError, match="--grow '5,x'"):
+        coverage.main([*argv[:4], "--grow", "5,x", "--data", str(runs["ood"])])
+    with pytest.raises(InvalidInputError, match="--grow needs --counts-from"):
+        coverage.main([*argv[:4], "--grow", "400", "--data", str(runs["ood"])])

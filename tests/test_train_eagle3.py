@@ -229,9 +229,10 @@ def test_a_run_continues_a_trained_head_with_its_vocabulary(tmp_path, target_dir
         train_eagle_module.Eagle3Recipe(short, *load_checkpoint(target_dir)[:2], []).vocab.ids,
         saved_vocab.ids,
     )
-    with pytest.raises(ValueError, match="draft_vocab_size=100 differs from the head"):
+    smaller = len(saved_vocab.ids) - 1
+    with pytest.raises(ValueError, match=f"draft_vocab_size={smaller} is smaller than the head"):
         train_eagle_head(_config(target_dir, tmp_path / "d", init_from=saved_log["export_dir"],
-                                 draft_vocab_size=100), progress=False)  # fmt: skip
+                                 draft_vocab_size=smaller), progress=False)  # fmt: skip
     with pytest.raises(ValueError, match="both say how the LM head starts"):
         _config(target_dir, tmp_path, init_from=saved_log["export_dir"], lm_head_init="target")
 
@@ -285,6 +286,75 @@ def test_a_trained_head_continues_wider_from_where_it_stopped(tmp_path, target_d
     assert np.any(trained["midlayer.mlp.down_proj.weight"][:, saved_cfg.layer.intermediate_size :])
     with pytest.raises(ValueError, match="narrower than the head's"):
         eagle3.widen_mlp(saved, saved_cfg, saved_cfg.layer.intermediate_size - 1)
+
+
+def test_a_trained_head_continues_with_a_larger_draft_vocabulary(tmp_path, target_dir, reference,
+                                                                 capsys):
+    """init_from with a larger draft_vocab_size: the head keeps its tokens and their trained
+    rows (`eagle3.widen_vocab`), gains the run's most frequent other tokens, saves the larger
+    vocabulary, resumes with the same one, and drafts exact greedy text."""
+    _, saved_log, _ = reference
+    saved, saved_cfg, saved_vocab = load_eagle3_head(saved_log["export_dir"])
+    params, target_config, tokenizer = load_checkpoint(target_dir)
+    assert saved_cfg.draft_vocab_size < target_config.vocab_size - 8  # room to grow
+    size = saved_cfg.draft_vocab_size + 8
+    cfg = _config(target_dir, tmp_path / "more", init_from=saved_log["export_dir"], steps=2,
+                  eval_every=2, save_every=1, draft_vocab_size=size)  # fmt: skip
+    log = train_eagle_head(cfg, progress=False)
+    head, head_cfg, vocab = load_eagle3_head(log["export_dir"])
+    assert head_cfg.draft_vocab_size == len(vocab.ids) == size
+    assert set(saved_vocab.ids.tolist()) < set(vocab.ids.tolist())
+    streams = [train_eagle_module.token_stream(tokenizer, c, "train", tmp_path, 50_000)[0]
+               for c in ("prose", "code")]  # fmt: skip
+    counts = sum(np.bincount(s, minlength=target_config.vocab_size) for s in streams)
+    added = np.setdiff1d(vocab.ids, saved_vocab.ids)
+    others = np.setdiff1d(np.setdiff1d(np.arange(target_config.vocab_size), saved_vocab.ids), added)
+    assert counts[added].min() >= counts[others].max()  # the most frequent of the others
+    resumed = train_eagle_head(_config(target_dir, tmp_path / "more", steps=3, save_every=1,
+                                       eval_every=2, init_from=saved_log["export_dir"],
+                                       draft_vocab_size=size), progress=False)  # fmt: skip
+    assert np.array_equal(load_eagle3_head(resumed["export_dir"])[2].ids, vocab.ids)
+    generate = ["generate", "def", "--model", str(target_dir), "--max-new-tokens", "8"]
+    capsys.readouterr()
+    assert main([*generate, "--method", "vanilla"]) == 0
+    vanilla = capsys.readouterr().out
+    assert main([*generate, "--method", "eagle3", "--head", log["export_dir"]]) == 0
+    assert capsys.readouterr().out == vanilla
+
+
+def test_a_draft_vocabulary_grows_keeping_the_heads_rows():
+    """eagle3.widen_vocab: kept ids keep their rows (moved to their new draft ids), the added
+    ids are the most frequent others (ties: the lower id), and a new row is the target's row
+    through the least-squares map from the target's rows to the head's: exact when the head's
+    rows are such a map of the target's. Shrinking and counts of the wrong shape are refused."""
+    target = preset("nano").replace(vocab_size=200, num_hidden_layers=4)
+    V, d = target.vocab_size, target.hidden_size
+    rng = np.random.default_rng(0)
+    target_rows = rng.standard_normal((V, d))
+    carry = rng.standard_normal((d, d))
+    old_ids = np.arange(0, 2 * (d + 20), 2)  # more kept rows than the map has columns
+    head = {"lm_head.weight": (target_rows[old_ids] @ carry).astype(np.float32), "fc.weight": 0}
+    counts = np.zeros(V)
+    counts[[5, 199, 3]] = [7, 9, 7]  # 199 first, then 3 before 5 (a tie: the lower id)
+    counts[old_ids] = 100  # the head's own: not added again
+    N = len(old_ids)
+    base = eagle3.Eagle3Config.from_target(target, aux_layers=AUX, draft_vocab_size=N)
+    vocab = eagle3.DraftVocab(old_ids, V)
+    grown, grown_cfg, grown_vocab = eagle3.widen_vocab(head, base, vocab, counts, N + 2,
+                                                       target_rows)  # fmt: skip
+    assert grown_cfg.draft_vocab_size == N + 2
+    assert grown_vocab.ids.tolist() == sorted([*old_ids.tolist(), 199, 3])
+    rows = grown["lm_head.weight"]
+    assert rows.shape == (N + 2, d) and rows.dtype == np.float32
+    where = np.searchsorted(grown_vocab.ids, old_ids)
+    assert np.array_equal(rows[where], head["lm_head.weight"])
+    for token in (3, 199):
+        new = rows[np.searchsorted(grown_vocab.ids, token)]
+        np.testing.assert_allclose(new, target_rows[token] @ carry, rtol=1e-3, atol=1e-3)
+    with pytest.raises(ValueError, match=rf"size={N - 1} is outside \[{N}, 200\]: .* only grow"):
+        eagle3.widen_vocab(head, base, vocab, counts, N - 1, target_rows)
+    with pytest.raises(ValueError, match=r"counts has shape \(199,\); expected \[200\]"):
+        eagle3.widen_vocab(head, base, vocab, counts[:-1], N + 2, target_rows)
 
 
 def test_bad_heads_are_refused_before_training(tmp_path, target_dir):

@@ -234,7 +234,8 @@ def add_parser(sub) -> None:
         dest="draft_vocab_size",
         type=integer(0, "a size such as 1024, or 0 to cover 99%% of the training tokens"),
         help="eagle3: draft vocabulary size (0 = the fewest frequent tokens covering 99%% of "
-        "the training tokens; the target's vocabulary size = no reduction)",
+        "the training tokens; the target's vocabulary size = no reduction); with --init-from, "
+        "a size above the head's adds the data's most frequent other tokens",
     )
     p.add_argument(
         "--head-intermediate-size",

@@ -357,6 +357,49 @@ def widen_mlp(head: dict, cfg: Eagle3Config, intermediate_size: int, seed: int =
     return out, wide
 
 
+def widen_vocab(head: dict, cfg: Eagle3Config, vocab: DraftVocab, counts, size: int,
+                target_lm_weight):
+    """(head, cfg, vocab) with a draft vocabulary of `size` ids: the head's own ids and the
+    `size - N` most frequent others by counts [V] (ties: the lower id first). Kept ids keep
+    their trained LM-head rows; a new id's row starts as its row of the target's LM head
+    (target_lm_weight [V, d]) through the linear map that best carries the target's rows of
+    the kept ids onto the head's (least squares over the N kept ids), so a new token starts
+    scored the way the head scores tokens the target places like it, not from nothing."""
+    old_ids = to_host(vocab.ids)
+    grown = grow_draft_vocab(vocab, counts, size)
+    ids = to_host(grown.ids)
+    added = np.setdiff1d(ids, old_ids)
+    weight = head["lm_head.weight"]
+    xp = array_module(weight)
+    rows = np.asarray(to_host(target_lm_weight), dtype=np.float64)
+    old_rows = np.asarray(to_host(weight), dtype=np.float64)
+    fit, *_ = np.linalg.lstsq(rows[old_ids], old_rows, rcond=None)  # [d, d]
+    new = np.empty((len(ids), weight.shape[1]), dtype=np.float64)
+    new[np.searchsorted(ids, old_ids)] = old_rows
+    new[np.searchsorted(ids, added)] = rows[added] @ fit
+    out = dict(head)
+    out["lm_head.weight"] = xp.asarray(new.astype(to_host(weight).dtype))
+    return out, replace(cfg, draft_vocab_size=len(ids)), grown
+
+
+def grow_draft_vocab(vocab: DraftVocab, counts, size: int) -> DraftVocab:
+    """The draft vocabulary of `size` ids that keeps vocab's and adds the `size - N` most
+    frequent others by counts [V] (ties: the lower id first)."""
+    N, V = vocab.size, vocab.target_vocab_size
+    if not isinstance(size, int | np.integer) or not N <= size <= V:
+        raise InvalidInputError(
+            f"size={size!r} is outside [{N}, {V}]: a head's draft vocabulary ({N} ids) can only "
+            f"grow, up to the target's {V}; pass a size in that range or train a fresh head"
+        )
+    counts = np.asarray(to_host(counts), dtype=np.float64)
+    if counts.shape != (V,):
+        raise InvalidInputError(f"counts has shape {counts.shape}; expected [{V}]")
+    old_ids = to_host(vocab.ids)
+    others = np.setdiff1d(np.arange(V), old_ids)  # ascending, so a stable sort breaks ties by id
+    added = others[np.argsort(-counts[others], kind="stable")[: size - N]]
+    return DraftVocab(array_module(vocab.ids).asarray(np.union1d(old_ids, added)), V)
+
+
 def new_head_cache(cfg: Eagle3Config, head: dict, capacity: int, batch: int = 1) -> KVCache:
     """An empty one-layer KV cache for the head, on the device and dtype of its weights."""
     layer = cfg.layer
