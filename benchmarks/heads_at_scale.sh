@@ -337,9 +337,10 @@ train_chat_head() {
         --keep-states 1600 2240 --export-dtype float16 --out-dir $1 >>$S/train-eagle3-$6.log 2>&1 || exit 1"
 }
 # calibrate_head DIR TAG: the head in DIR/final calibrated (the shipped head's command: four
-#   fitting and six validation requests, 24 minutes on one core).
+#   fitting and six validation requests, 24 minutes on one core), with two BLAS threads
+#   (THREADS=1 in the caller's environment: one).
 calibrate_head() {
-  echo "[ -f $1/final/calibration.json ] || minieagle calibrate --head $1/final --model $M \
+  echo "[ -f $1/final/calibration.json ] || OPENBLAS_NUM_THREADS=${THREADS:-2} minieagle calibrate --head $1/final --model $M \
         --fit-prompts 4 --val-prompts 6 --temperatures 0.35,0.5 >$S/calibrate-eagle3-$2.log 2>&1"
 }
 # measure_chat_head DIR TAG BESIDE: calibrated, and its acceptance beside the head BESIDE
@@ -394,11 +395,11 @@ head_decayed_longer() {
       $(train_chat_head "$H" "$S/start-eagle3-$1" "$3" "${4:-}" "$2" "$1-d$2" "$S/eagle3-$1@$((3200 - $2))")
       $(measure_chat_head "$H" "$1-d$2" "$1=$S/eagle3-$1/final")"
 }
-# in_background WRITER ARGS...: the command a writer (train_chat_head, chat_tau ...) writes, run
-#   in the background; both_done: the queue goes on once the last two have succeeded (two runs
-#   side by side, one per core).
+# in_background: the commands on stdin (writers' output: train_chat_head, chat_tau ...) run one
+#   after the other in the background; both_done: the queue goes on once the last two such
+#   groups have succeeded (two runs side by side, one per core).
 in_background() {
-  echo "{ $("$@")
+  echo "{ $(cat)
       } &"
 }
 both_done() {
@@ -556,17 +557,12 @@ if [ "$MODE" = continue ]; then
     calibrate_head "$S/eagle3-r" r
     SCORES=raw TEMPS=0 chat_tau r-T0 "r=$S/eagle3-r/final"
     greedy_passage_answers 54
-    VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" THREADS=1 STEPS=$R2_STEPS LR=2e-3 in_background train_chat_head "$S/eagle3-r2" "$S/start-eagle3-n" "$S/req-T0 $S/req-T1@0:40 $S/chat3-T0@0:54" "--seed 7" $((R2_STEPS * 2 / 5)) r2
-    VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" THREADS=1 STEPS=$R2_STEPS LR=2e-3 in_background train_chat_head "$S/eagle3-r2v" "$S/start-eagle3-n" "$S/req-T0 $S/req-T1@0:40 $S/chat3-T0@0:54" "--seed 7 --draft-vocab-size 12288" $((R2_STEPS * 2 / 5)) r2v
-    both_done
-    SCORES=raw TEMPS=0 in_background chat_tau r2-T0 "r2=$S/eagle3-r2/final"
-    SCORES=raw TEMPS=0 in_background chat_tau r2v-T0 "r2v=$S/eagle3-r2v/final"
-    both_done
-    in_background calibrate_head "$S/eagle3-r2" r2
-    in_background calibrate_head "$S/eagle3-r2v" r2v
-    both_done
-    BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 in_background chat_tau r2-T1 "r2=$S/eagle3-r2/final"
-    BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 in_background chat_tau r2v-T1 "r2v=$S/eagle3-r2v/final"
+    { VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" THREADS=1 STEPS=$R2_STEPS LR=2e-3 train_chat_head "$S/eagle3-r2" "$S/start-eagle3-n" "$S/req-T0 $S/req-T1@0:40 $S/chat3-T0@0:54" "--seed 7" $((R2_STEPS * 2 / 5)) r2
+      SCORES=raw TEMPS=0 chat_tau r2-T0 "r2=$S/eagle3-r2/final"; THREADS=1 calibrate_head "$S/eagle3-r2" r2
+      BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r2-T1 "r2=$S/eagle3-r2/final"; } | in_background
+    { VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" THREADS=1 STEPS=$R2_STEPS LR=2e-3 train_chat_head "$S/eagle3-r2v" "$S/start-eagle3-n" "$S/req-T0 $S/req-T1@0:40 $S/chat3-T0@0:54" "--seed 7 --draft-vocab-size 12288" $((R2_STEPS * 2 / 5)) r2v
+      SCORES=raw TEMPS=0 chat_tau r2v-T0 "r2v=$S/eagle3-r2v/final"; THREADS=1 calibrate_head "$S/eagle3-r2v" r2v
+      BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r2v-T1 "r2v=$S/eagle3-r2v/final"; } | in_background
     both_done
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r-T1 "r=$S/eagle3-r/final"
     chat_answers chat3 2; shipped_start n 6e04c1e
