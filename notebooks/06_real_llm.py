@@ -993,6 +993,43 @@ plt.show()
 # on average.
 
 # %% [markdown]
+# ## 9. Tokens a head can never draft
+#
+# Part of that gap is not the head. An EAGLE-3 head drafts from its reduced vocabulary, and the
+# shipped one's 8,192 tokens were counted from its first training data: answers about Python
+# passages. `benchmarks/draft_vocab_coverage.py` measured the share of SmolLM2's argmax tokens
+# at answer positions that the vocabulary holds, on held-out answers of each kind, and what
+# growing it by the training data's most frequent other tokens (`minieagle train eagle3
+# --init-from HEAD --draft-vocab-size N`) would hold:
+
+# %%
+cover = json.loads((results_dir / "draft-vocab-coverage-smollm2.json").read_text())
+labels = list(cover["sizes"])
+sets = ["heldout-val-T0", "heldout-ood-T0", "heldout-req-T0"]
+fig, ax = plt.subplots(figsize=(7, 3.2))
+for i, label in enumerate(labels):
+    share = [cover["sets"][name]["covered"][label][0] for name in sets]
+    x = np.arange(len(sets)) + (i - (len(labels) - 1) / 2) * 0.2
+    ax.bar(x, share, 0.2, label=f"{cover['sizes'][label]:,} tokens")
+    print(f"{cover['sizes'][label]:>6} tokens: "
+          + "  ".join(f"{n} {s:.3f}" for n, s in zip(sets, share, strict=True)))  # fmt: skip
+ax.set_xticks(range(len(sets)), ["passage requests, val", "passage requests, ood",
+                                 "general requests"], fontsize=8)  # fmt: skip
+ax.set_ylim(0.8, 1.0)
+ax.set_ylabel("argmax tokens inside the\ndraft vocabulary, T = 0")
+ax.legend(fontsize=7, ncol=2)
+plt.tight_layout()
+plt.show()
+shipped_share = cover["sets"]["heldout-req-T0"]["covered"]["shipped"][0]
+assert shipped_share < 0.9 < cover["sets"]["heldout-val-T0"]["covered"]["shipped"][0]
+
+# %% [markdown]
+# One greedy answer token in eight to a general request lies outside the shipped vocabulary: no
+# training on such answers can draft it, which caps the head's top-1 there at about 0.88. The
+# cost of a larger vocabulary is a larger draft LM head (a drafted token's multiply-adds grow
+# with the vocabulary), so the measurement that decides is τ against wall time, not coverage.
+
+# %% [markdown]
 # ## Exercises
 #
 # Worked answers: `minieagle/assignments/notebook_answers/06_real_llm.md`.
