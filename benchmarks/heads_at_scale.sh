@@ -545,7 +545,9 @@ fi
 #    data's most frequent other tokens, 95.8 % / 99.2 %. So step 16's run again with
 #    `--draft-vocab-size 12288` (`eagle3.widen_vocab`: the head's rows kept, a new token's row
 #    the target's through the least-squares map from the target's rows to the head's), side
-#    by side with step 16 at one thread each, into $S/eagle3-r2v, measured as step 16.
+#    by side with step 16 at one thread each, into $S/eagle3-r2v, measured as step 16; then
+#    both heads' speed from the command line beside the shipped head's (the ship rule's first
+#    half, run alone).
 if [ "$MODE" = continue ]; then
   # one pass over step 15's data: the greedy pass over the training requests and 56 shards of 64
   R_STEPS=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r('train')) + 56 * 64) // 4))")
@@ -564,6 +566,7 @@ if [ "$MODE" = continue ]; then
       SCORES=raw TEMPS=0 chat_tau r2v-T0 "r2v=$S/eagle3-r2v/final"; THREADS=1 calibrate_head "$S/eagle3-r2v" r2v
       BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r2v-T1 "r2v=$S/eagle3-r2v/final"; } | in_background
     both_done
+    cli_candidates r2 "r2=$S/eagle3-r2/final r2v=$S/eagle3-r2v/final"
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r-T1 "r=$S/eagle3-r/final"
     chat_answers chat3 2; shipped_start n 6e04c1e
     THREADS=1 train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960
