@@ -535,6 +535,10 @@ fi
 #    `python benchmarks/chat_tau.py --pair docs/results/smollm2-chat-tau.json:shipped
 #    $S/chat-tau-r2-T0.json:r2`). If the passage requests hold and the questions keep their
 #    gain, the mix is the recipe for a whole run on more of both.
+#    Trained 2026-12-05 (docs/real_models.md, "Step 16"): held-out top-1 +0.052 on requests,
+#    +0.005 / +0.016 on passage requests (val / ood, T = 0); τ on the 36 requests at raw scores
+#    2.70 / 2.92, paired with the shipped head +0.083 [+0.030..+0.137] / +0.095
+#    [+0.029..+0.162] (26 / 60 nodes). A ship candidate: its speed and T = 1 τ come next.
 # 17. A draft vocabulary for general requests. The shipped head's 8,192 draft tokens were counted
 #    once, from its first 167,000 training tokens (answers about the Python docs' passages), and
 #    every head since inherited them: they hold 98.9 % / 97.6 % of the target's greedy answer
