@@ -546,7 +546,7 @@ fi
 #    requests (`python benchmarks/draft_vocab_coverage.py`, 2026-12-05): one greedy answer
 #    token in eight can never be drafted there, whatever the head learns. Grown to 12,288 (a
 #    quarter of SmolLM2's vocabulary, the official Llama-3 heads' 32k of 128k) by step 16's
-#    data's most frequent other tokens, 95.8 % / 99.2 %. So step 16's run again with
+#    data's most frequent other tokens, 95.7 % / 99.3 %. So step 16's run again with
 #    `--draft-vocab-size 12288` (`eagle3.widen_vocab`: the head's rows kept, a new token's row
 #    the target's through the least-squares map from the target's rows to the head's), side
 #    by side with step 16 at one thread each, into $S/eagle3-r2v, measured as step 16; then
