@@ -237,6 +237,16 @@ def test_a_run_continues_a_trained_head_with_its_vocabulary(tmp_path, target_dir
         _config(target_dir, tmp_path, init_from=saved_log["export_dir"], lm_head_init="target")
 
 
+def _assert_drafts_greedy_text(target_dir: Path, head_dir: str, capsys) -> None:
+    """`minieagle generate --method eagle3` with the head prints vanilla's greedy text."""
+    generate = ["generate", "def", "--model", str(target_dir), "--max-new-tokens", "8"]
+    capsys.readouterr()
+    assert main([*generate, "--method", "vanilla"]) == 0
+    vanilla = capsys.readouterr().out
+    assert main([*generate, "--method", "eagle3", "--head", head_dir]) == 0
+    assert capsys.readouterr().out == vanilla
+
+
 def test_a_wider_head_trains_saves_its_width_and_drafts(tmp_path, target_dir, capsys):
     """head_intermediate_size: the head's MLP is that wide (not the target's), the exported
     config.json says so (what SGLang and vLLM read), it loads and drafts exact greedy text, and
@@ -250,12 +260,7 @@ def test_a_wider_head_trains_saves_its_width_and_drafts(tmp_path, target_dir, ca
     assert head["midlayer.mlp.down_proj.weight"].shape == (target_config.hidden_size, wide)
     saved = json.loads((Path(log["export_dir"]) / "config.json").read_text())
     assert saved["intermediate_size"] == wide
-    generate = ["generate", "def", "--model", str(target_dir), "--max-new-tokens", "8"]
-    capsys.readouterr()
-    assert main([*generate, "--method", "vanilla"]) == 0
-    vanilla = capsys.readouterr().out
-    assert main([*generate, "--method", "eagle3", "--head", log["export_dir"]]) == 0
-    assert capsys.readouterr().out == vanilla
+    _assert_drafts_greedy_text(target_dir, log["export_dir"], capsys)
     with pytest.raises(ValueError, match=f"holds a run with head_intermediate_size={wide}"):
         train_eagle_head(_config(target_dir, tmp_path / "wide", steps=4), progress=False)
     with pytest.raises(ValueError, match=f"narrower than the head in .*\\({wide}\\)"):
@@ -314,12 +319,7 @@ def test_a_trained_head_continues_with_a_larger_draft_vocabulary(tmp_path, targe
                                        eval_every=2, init_from=saved_log["export_dir"],
                                        draft_vocab_size=size), progress=False)  # fmt: skip
     assert np.array_equal(load_eagle3_head(resumed["export_dir"])[2].ids, vocab.ids)
-    generate = ["generate", "def", "--model", str(target_dir), "--max-new-tokens", "8"]
-    capsys.readouterr()
-    assert main([*generate, "--method", "vanilla"]) == 0
-    vanilla = capsys.readouterr().out
-    assert main([*generate, "--method", "eagle3", "--head", log["export_dir"]]) == 0
-    assert capsys.readouterr().out == vanilla
+    _assert_drafts_greedy_text(target_dir, log["export_dir"], capsys)
 
 
 def test_a_draft_vocabulary_grows_keeping_the_heads_rows():
