@@ -240,26 +240,41 @@ chat_answers() {
         wait -n && wait -n || exit 1
       done"
 }
-# request_answers NAME SEED SHARDS: SmolLM2's own answers to the general requests that name no
-#   passage (data/requests.jsonl, `distill --source requests`): one greedy pass over the
-#   training split's requests into $S/NAME-T0, then SHARDS shards at T = 1 into $S/NAME-T1, 64
-#   windows of 257 tokens each, 64 side by side, two processes, one per core.
+# request_answers NAME SEED SHARDS [FLAGS]: SmolLM2's own answers to the general requests that
+#   name no passage (data/requests.jsonl, `distill --source requests`; FLAGS e.g.
+#   "--request-batch 2": data/requests-2.jsonl): one greedy pass over the training split's
+#   requests into $S/NAME-T0, then SHARDS shards at T = 1 into $S/NAME-T1, 64 windows of 257
+#   tokens each, 64 side by side, two processes, one per core (WORKERS=1 in the caller's
+#   environment: one process at one thread, beside another run).
 request_answers() {
   local t shards
   for t in 0 1; do
     shards=$3; [ $t = 0 ] && shards=1000  # T = 0: one pass (distill caps the count)
+    if [ "${WORKERS:-2}" = 1 ]; then
+      echo "OPENBLAS_NUM_THREADS=1 minieagle distill --target $M --out-dir $S/$1-T$t --source requests \
+          --temperature $t --seed $2 --shards $shards --shard-windows 64 --batch-size 64 \
+          --window-tokens 257 --keys 2,15,27,final ${4:-} --quiet >>$S/$1-T$t.log 2>&1 || exit 1"
+      continue
+    fi
     echo "
       for w in 1 0; do
         minieagle distill --target $M --out-dir $S/$1-T$t --source requests --temperature $t \
           --seed $2 --shards $shards --shard-windows 64 --batch-size 64 --window-tokens 257 \
-          --keys 2,15,27,final --worker \$w/2 --quiet &
+          --keys 2,15,27,final ${4:-} --worker \$w/2 --quiet &
       done
       wait -n && wait -n || exit 1"
   done
 }
 # greedy_passage_answers SHARDS: chat3's greedy answers (the T = 0 half of chat_answers chat3 2) up to
-#   SHARDS shards, two processes, one per core.
+#   SHARDS shards, two processes, one per core (WORKERS=1 in the caller's environment: one
+#   process at one thread, beside another run).
 greedy_passage_answers() {
+  if [ "${WORKERS:-2}" = 1 ]; then
+    echo "OPENBLAS_NUM_THREADS=1 minieagle distill --target $M --out-dir $S/chat3-T0 --source chat \
+        --temperature 0 --seed 2 --shards $1 --shard-windows 64 --batch-size 32 --window-tokens 257 \
+        --prompt-tokens 48 --keys 2,15,27,final --quiet >>$S/chat3-T0-$1.log 2>&1 || exit 1"
+    return
+  fi
   echo "for w in 1 0; do
         minieagle distill --target $M --out-dir $S/chat3-T0 --source chat --temperature 0 \
           --seed 2 --shards $1 --shard-windows 64 --batch-size 32 --window-tokens 257 \
@@ -404,6 +419,15 @@ in_background() {
 }
 both_done() {
   echo "wait -n && wait -n || exit 1"
+}
+# alone: the commands on stdin run with every distillation process paused (SIGSTOP; resumed
+#   however they end): a speed measurement on an otherwise quiet machine. The pattern names
+#   the Python process alone, never a shell whose command holds the queue's text.
+alone() {
+  local p="'^[^ ]*python[^ ]* [^ ]*/minieagle distill'"
+  echo "{ pkill -STOP -f $p; trap \"pkill -CONT -f $p\" EXIT
+        $(cat)
+      }"
 }
 # start_smollm2_run TAG LOG [ANSWERS]: the commands on stdin in the background, unless a
 #   process of that run (its answers' distillation, training, calibration or τ, or the
@@ -552,6 +576,22 @@ fi
 #    by side with step 16 at one thread each, into $S/eagle3-r2v, measured as step 16; then
 #    both heads' speed from the command line beside the shipped head's (the ship rule's first
 #    half, run alone).
+#    Trained 2026-12-05 (docs/real_models.md, "Step 17"): +0.003 / +0.007 top-1 on requests over
+#    step 16, τ equal to step 16's (+0.002 / -0.005 paired): not a candidate, so its
+#    calibration and T = 1 τ were dropped from its chain (2026-12-05, later).
+# 18. The same mix on new data, and the ship decision for step 16's head. Step 16's
+#    calibration chose isotonic scores at T = 0 (validation τ 2.91 against 2.81 raw), so its τ
+#    on the 36 requests is measured again with them (chat_tau r2-T0c), then at T = 1 beside
+#    the shipped head, then its chain of one from the command line beside the shipped head's
+#    with every distillation paused (`alone`): the ship rule's two halves. Beside that chain,
+#    on the other core: chat3's greedy passage answers from 54 to 100 shards, then SmolLM2's
+#    answers to a second batch of 1,000 general requests (data/requests-2.jsonl, written
+#    2026-12-05: 905 in the training split, the same 20 categories, other topics), one greedy
+#    pass and 40 shards at T = 1 (seed 6). Step 16's head is then trained one pass over the new
+#    answers alone (the request answers beside the 46 new passage shards, about the same
+#    share as step 16's), its schedule as step 16's (peak 2e-3, the last 40 % decaying,
+#    seed 8), two threads, into $S/eagle3-r3, and measured as step 16 was. The question it
+#    answers: do new requests (not more samples of the same 886) move the questions kind again?
 if [ "$MODE" = continue ]; then
   # one pass over step 15's data: the greedy pass over the training requests and 56 shards of 64
   R_STEPS=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r('train')) + 56 * 64) // 4))")
@@ -565,12 +605,18 @@ if [ "$MODE" = continue ]; then
     greedy_passage_answers 54
     { VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" THREADS=1 STEPS=$R2_STEPS LR=2e-3 train_chat_head "$S/eagle3-r2" "$S/start-eagle3-n" "$S/req-T0 $S/req-T1@0:40 $S/chat3-T0@0:54" "--seed 7" $((R2_STEPS * 2 / 5)) r2
       SCORES=raw TEMPS=0 chat_tau r2-T0 "r2=$S/eagle3-r2/final"; THREADS=1 calibrate_head "$S/eagle3-r2" r2
-      BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r2-T1 "r2=$S/eagle3-r2/final"; } | in_background
+      TEMPS=0 chat_tau r2-T0c "r2=$S/eagle3-r2/final"
+      BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r2-T1 "r2=$S/eagle3-r2/final"
+      cli_candidates r2 "r2=$S/eagle3-r2/final" | alone; } | in_background
     { VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" THREADS=1 STEPS=$R2_STEPS LR=2e-3 train_chat_head "$S/eagle3-r2v" "$S/start-eagle3-n" "$S/req-T0 $S/req-T1@0:40 $S/chat3-T0@0:54" "--seed 7 --draft-vocab-size 12288" $((R2_STEPS * 2 / 5)) r2v
-      SCORES=raw TEMPS=0 chat_tau r2v-T0 "r2v=$S/eagle3-r2v/final"; THREADS=1 calibrate_head "$S/eagle3-r2v" r2v
-      BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r2v-T1 "r2v=$S/eagle3-r2v/final"; } | in_background
+      SCORES=raw TEMPS=0 chat_tau r2v-T0 "r2v=$S/eagle3-r2v/final"
+      WORKERS=1 greedy_passage_answers 100
+      WORKERS=1 request_answers req2 6 40 "--request-batch 2"; } | in_background
     both_done
-    cli_candidates r2 "r2=$S/eagle3-r2/final r2v=$S/eagle3-r2v/final"
+    echo 'R3=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r(\"train\", 2)) + 86 * 64) // 4))")'
+    VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS='$R3' LR=2e-3 train_chat_head "$S/eagle3-r3" "$S/eagle3-r2/final" "$S/req2-T0 $S/req2-T1@0:40 $S/chat3-T0@54:100" "--seed 8" '$((R3 * 2 / 5))' r3
+    SCORES=raw TEMPS=0 chat_tau r3-T0 "r3=$S/eagle3-r3/final"
+    BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=0 chat_tau r3-T0c "r3=$S/eagle3-r3/final"
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r-T1 "r=$S/eagle3-r/final"
     chat_answers chat3 2; shipped_start n 6e04c1e
     THREADS=1 train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960

@@ -120,6 +120,7 @@ class DistillConfig:
     max_train_chars: int = 0  # 0 = the whole training split (tests pass a small prefix)
     chat_template: str = ""  # "chat": a template file; "" = the target's own
     split: str = "train"  # where prompts' passages come from: one of SPLITS
+    request_batch: int = 1  # "requests": which file of them (data.REQUEST_FILES)
 
     def __post_init__(self) -> None:
         self.corpora = tuple(self.corpora)
@@ -140,6 +141,14 @@ class DistillConfig:
             raise InvalidInputError(
                 "split='ood' with source 'requests': the requests have no out-of-domain part; "
                 "pass split 'train', 'val' or 'test'"
+            )
+        from minieagle.data import check_request_batch
+
+        check_request_batch(self.request_batch)
+        if self.request_batch != 1 and self.source != "requests":
+            raise InvalidInputError(
+                f"request_batch={self.request_batch} with source {self.source!r}: only source "
+                "'requests' reads the requests; drop request_batch or pass source 'requests'"
             )
         for name in ("shards", "shard_windows", "batch_size", "prompt_tokens"):
             value = getattr(self, name)
@@ -388,8 +397,8 @@ def _request_prompts(cfg: DistillConfig, tokenizer) -> tuple[list, np.ndarray]:
     from minieagle.data import request_records
 
     template = load_chat_template(cfg.target, tokenizer, cfg.chat_template or None)
-    records = request_records(cfg.split)
-    names = sorted({r["category"] for r in request_records()})
+    records = request_records(cfg.split, cfg.request_batch)
+    names = sorted({r["category"] for r in request_records()})  # batch 1's: the same in each
     ids = [encode_chat(tokenizer, template, [{"role": "user", "content": r["request"]}])
            for r in records]  # fmt: skip
     longest = max(range(len(ids)), key=lambda i: len(ids[i]))
@@ -435,6 +444,8 @@ def shards_available(cfg: DistillConfig, source: _PromptSource) -> int:
 
 def provenance(cfg: DistillConfig, fingerprint: str) -> dict:
     """What DIR/distill.json records: every setting that shapes the data, and where it came from."""
+    from minieagle.data import REQUEST_FILES
+
     record = asdict(cfg)
     record.pop("shards")  # more shards extend a run; they do not change it
     record.pop("out_dir")
@@ -449,8 +460,9 @@ def provenance(cfg: DistillConfig, fingerprint: str) -> dict:
         "corpus": f"random windows of {passages} ({licence})",
         "chat": f"requests about passages of {passages}, rendered with the target's chat "
         "template (CHAT_REQUESTS in minieagle/distill.py)",
-        "requests": f"the {cfg.split} split of the general requests in data/requests.jsonl "
-        "(written for training by the minieagle team), rendered with the target's chat template",
+        "requests": f"the {cfg.split} split of the general requests in "
+        f"data/{REQUEST_FILES[cfg.request_batch].name} (written for training by the minieagle "
+        "team), rendered with the target's chat template",
         "corpus-windows": f"{passages}, tiled (no sampling)",
     }
     record.update(
@@ -473,6 +485,7 @@ def _check_provenance(out_dir: Path, record: dict) -> None:
     # both mean the target's own
     recorded["chat_template"] = recorded.get("chat_template") or ""
     recorded.setdefault("split", "train")  # runs from before splits drew from "train"
+    recorded.setdefault("request_batch", 1)  # runs from before batch 2 read batch 1
     changed = [k for k in record if k not in ignore and recorded.get(k) != record[k]]
     if changed:
         raise InvalidInputError(

@@ -112,22 +112,28 @@ def test_clean_rest_keeps_the_words_and_drops_the_markup() -> None:
 
 
 def test_requests_split_about_90_5_5_and_stay_apart_from_the_held_out_questions() -> None:
-    """data/requests.jsonl: distinct requests in every split, and none shares a run of six
-    words with the questions chat_tau holds out (benchmarks/chat_tau.py QUESTIONS), so the
+    """data/requests.jsonl and requests-2.jsonl: distinct requests across both, 50 in each of
+    the same 20 categories in each file, every split about its share, and none shares a run of
+    six words with the questions chat_tau holds out (benchmarks/chat_tau.py QUESTIONS), so the
     "questions" kind stays requests no head trained on."""
+    import collections
     import importlib.util
     import re
 
-    from minieagle.data import request_records
+    from minieagle.data import REQUEST_FILES, request_records
 
-    everything = request_records()
-    assert len(everything) >= 900
+    everything = []
+    for batch in REQUEST_FILES:
+        records = request_records(batch=batch)
+        assert set(collections.Counter(r["category"] for r in records).values()) == {50}
+        assert {r["category"] for r in records} == {r["category"] for r in request_records()}
+        parts = {split: request_records(split, batch) for split in ("train", "val", "test")}
+        assert sum(len(p) for p in parts.values()) == len(records) == 1000
+        assert 0.85 < len(parts["train"]) / len(records) < 0.95 and parts["val"] and parts["test"]
+        everything += records
     assert all(set(r) == {"category", "request"} and r["request"].strip() for r in everything)
-    texts = [r["request"].strip().lower() for r in everything]
+    texts = [" ".join(re.sub(r"[^a-z0-9 ]", " ", r["request"].lower()).split()) for r in everything]
     assert len(set(texts)) == len(texts)
-    parts = {split: request_records(split) for split in ("train", "val", "test")}
-    assert sum(len(p) for p in parts.values()) == len(everything)
-    assert 0.85 < len(parts["train"]) / len(everything) < 0.95 and parts["val"] and parts["test"]
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "chat_tau.py"
     spec = importlib.util.spec_from_file_location("chat_tau", path)
     chat_tau = importlib.util.module_from_spec(spec)
@@ -144,4 +150,4 @@ def test_requests_split_about_90_5_5_and_stay_apart_from_the_held_out_questions(
 
 def test_the_requests_ship_with_their_provenance() -> None:
     text = (Path(__file__).resolve().parents[1] / "minieagle/data/PROVENANCE.md").read_text()
-    assert "requests.jsonl" in text
+    assert "requests.jsonl" in text and "requests-2.jsonl" in text

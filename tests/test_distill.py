@@ -304,24 +304,30 @@ def test_chat_prompts_are_rendered_with_the_template(tmp_path):
         assert tokenizer.decode(row.tolist()).startswith("USER: ")
 
 
-def test_general_requests_are_answered_through_the_template(tmp_path):
-    """Source "requests": each window is a request of the chosen split rendered with the chat
-    template, then the target's answer; a greedy run stops after one pass over the requests."""
+@pytest.mark.parametrize(("batch", "file"), [(1, "requests.jsonl"), (2, "requests-2.jsonl")])
+def test_general_requests_are_answered_through_the_template(tmp_path, batch, file):
+    """Source "requests": each window is a request of the chosen split and batch (file) rendered
+    with the chat template, then the target's answer; a greedy run stops after one pass over
+    the requests."""
     from minieagle.data import request_records
     from minieagle.distill import _PromptSource, shards_available
 
     template = tmp_path / "chat.jinja"
     template.write_text("{% for m in messages %}USER: {{ m['content'] }}\nASSISTANT:{% endfor %}")
     cfg = _cfg(tmp_path, source="requests", split="val", window_tokens=400, shards=1,
-               shard_windows=2, keys=("final",), chat_template=str(template))  # fmt: skip
+               shard_windows=2, keys=("final",), chat_template=str(template),
+               request_batch=batch)  # fmt: skip
     run_distill(cfg, progress=False)
     _, _, tokenizer = load_checkpoint(SMALL)
-    asked = {f"USER: {r['request']}\nASSISTANT:" for r in request_records("val")}
+    asked = {f"USER: {r['request']}\nASSISTANT:" for r in request_records("val", batch)}
+    other = {f"USER: {r['request']}\nASSISTANT:" for r in request_records("val", 3 - batch)}
     for row in np.load(shard_dir(cfg.out_dir, 0) / "windows.npy"):
         text = tokenizer.decode(row.tolist())
         assert any(text.startswith(prompt) for prompt in asked), text[:80]
+        assert not any(text.startswith(prompt) for prompt in other), text[:80]
     record = json.loads((Path(cfg.out_dir) / "distill.json").read_text())
-    assert "data/requests.jsonl" in record["prompt_source"] and record["split"] == "val"
+    assert f"data/{file} " in record["prompt_source"] and record["split"] == "val"
+    assert record["request_batch"] == batch
     greedy = _cfg(tmp_path, "greedy", source="requests", temperature=0.0, shards=10_000,
                   shard_windows=64)  # fmt: skip
     source = _PromptSource(greedy, [], requests=([[1]] * 130, np.zeros(130, np.int32)))
@@ -363,6 +369,32 @@ def test_request_runs_are_scored_and_masked_on_the_answers_as_chat_runs_are(tmp_
     cues = [_answer_cue(cfg, {"source": source, "chat_template": str(template)}, tokenizer)
             for source in ("chat", "requests", "corpus")]  # fmt: skip
     assert cues[0] and cues[1] == cues[0] and cues[2] is None
+
+
+def test_a_run_from_before_request_batches_resumes_as_batch_1_and_batch_2_is_refused(tmp_path):
+    template = tmp_path / "chat.jinja"
+    template.write_text("{% for m in messages %}USER: {{ m['content'] }}\nASSISTANT:{% endfor %}")
+    settings = dict(source="requests", window_tokens=400, shard_windows=2, keys=("final",),
+                    chat_template=str(template))  # fmt: skip
+    run_distill(_cfg(tmp_path, shards=1, **settings), progress=False)
+    path = tmp_path / "run" / "distill.json"
+    record = json.loads(path.read_text())
+    del record["request_batch"]  # written before the setting existed
+    path.write_text(json.dumps(record))
+    assert run_distill(_cfg(tmp_path, shards=2, **settings), progress=False)["shards_written"] == 1
+    with pytest.raises(InvalidInputError, match="request_batch"):
+        run_distill(_cfg(tmp_path, shards=3, request_batch=2, **settings), progress=False)
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [({"source": "requests", "request_batch": 3}, r"request batch 3 is not one of \[1, 2\]"),
+     ({"source": "requests", "request_batch": True}, "request batch True"),
+     ({"source": "chat", "request_batch": 2}, "only source 'requests' reads the requests")],
+)  # fmt: skip
+def test_a_request_batch_is_one_of_the_files_and_only_for_requests(tmp_path, settings, match):
+    with pytest.raises(InvalidInputError, match=match):
+        _cfg(tmp_path, **settings)
 
 
 def test_requests_have_no_out_of_domain_split(tmp_path):

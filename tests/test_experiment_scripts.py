@@ -277,12 +277,14 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
     text = re.sub(r"--temperature \$t", "--temperature 1", text)  # the loop's 0 and 1
     text = re.sub(r"--worker \$w/", "--worker 1/", text)  # the loop's workers 0 and 1
     text = re.sub(r"--split \$split", "--split ood", text)  # the loop's val and ood
+    text = re.sub(r"\$\(\(.*?\)\)|\$R\d+\b", "8", text)  # counts the queue sets as it runs
     text = re.sub(r"\$\{?[A-Za-z_]+\}?", "X", text)
     commands = re.findall(r"minieagle (?:distill|train|calibrate) [^\n&|\">]*", text)  # to >
     assert len(commands) >= 4
     assert any("--steps 200 " in c and "--ttt-steps 7 " in c and "--lr 1e-3 " in c
                for c in commands)  # step 14  # fmt: skip
     assert any("--source requests " in c and "--split val " in c for c in commands)  # step 15
+    assert any("--request-batch 2 " in c for c in commands)  # step 18
     for command in commands:
         argv = shlex.split(command)[1:]
         args = build_parser().parse_args(argv)  # SystemExit on an unknown or bad flag

@@ -26,6 +26,7 @@ def cmd_distill(args) -> int:
         seed=args.seed,
         chat_template=args.template or "",
         split=args.split,
+        request_batch=args.request_batch,
     )
     summary = run_distill(cfg, progress=not args.quiet, worker=args.worker)
     print(json.dumps(summary, indent=2))
@@ -73,6 +74,15 @@ def add_parser(sub) -> None:
         help="where the prompts' passages come from: the corpora's train (the heads' data), "
         "val or test split, or ood (other packages' docs and code): the last three make "
         "held-out sets (train)",
+    )
+    p.add_argument(
+        "--request-batch",
+        dest="request_batch",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="requests: which file of general requests, 1 (data/requests.jsonl) or 2 "
+        "(data/requests-2.jsonl), 1,000 each (1)",
     )
     p.add_argument(
         "--shards",
