@@ -267,12 +267,14 @@ request_answers() {
 }
 # greedy_passage_answers SHARDS: chat3's greedy answers (the T = 0 half of chat_answers chat3 2) up to
 #   SHARDS shards, two processes, one per core (WORKERS=1 in the caller's environment: one
-#   process at one thread, beside another run).
+#   process at one thread, beside another run; WORKERS=0/2 or 1/2: such a process writing
+#   every other shard, the other half left to another chain).
 greedy_passage_answers() {
-  if [ "${WORKERS:-2}" = 1 ]; then
+  if [ "${WORKERS:-2}" != 2 ]; then  # one process: all the shards (1), or those of WORKERS=k/2
+    local worker=$WORKERS; [ "$worker" = 1 ] && worker=0/1
     echo "OPENBLAS_NUM_THREADS=1 minieagle distill --target $M --out-dir $S/chat3-T0 --source chat \
         --temperature 0 --seed 2 --shards $1 --shard-windows 64 --batch-size 32 --window-tokens 257 \
-        --prompt-tokens 48 --keys 2,15,27,final --quiet >>$S/chat3-T0-$1.log 2>&1 || exit 1"
+        --prompt-tokens 48 --keys 2,15,27,final --worker $worker --quiet >>$S/chat3-T0-$1.log 2>&1 || exit 1"
     return
   fi
   echo "for w in 1 0; do
@@ -583,13 +585,14 @@ fi
 #    calibration chose isotonic scores at T = 0 (validation τ 2.91 against 2.81 raw), so its τ
 #    on the 36 requests is measured again with them (chat_tau r2-T0c), then at T = 1 beside
 #    the shipped head, then its chain of one from the command line beside the shipped head's
-#    with every distillation paused (`alone`): the ship rule's two halves; then chat3's greedy
-#    passage answers from 54 to 74 shards. Beside that chain, on the other core: SmolLM2's
-#    answers to a second batch of 1,000 general requests (data/requests-2.jsonl, written
-#    2026-12-05: 905 in the training split, the same 20 categories, other topics), one greedy
-#    pass and 20 shards at T = 1 (seed 6). One distillation process at one thread writes a
-#    shard of 64 windows in about 3.5 minutes beside another run (2026-12-05), so the new
-#    answers take about two hours of each core. Step 16's head is then trained one pass over
+#    with every distillation paused (`alone`): the ship rule's two halves; then half of
+#    chat3's greedy passage answers from 54 to 74 shards. Beside that chain, on the other core:
+#    SmolLM2's answers to a second batch of 1,000 general requests (data/requests-2.jsonl,
+#    written 2026-12-05: 905 in the training split, the same 20 categories, other topics), one
+#    greedy pass and 20 shards at T = 1 (seed 6), then the other half of the passage shards.
+#    One distillation process at one thread beside another run writes a shard of request
+#    answers (64 at a time) in about 1.6 minutes, one of passage answers (32 at a time, longer
+#    prompts) in about 3.5 (2026-12-05). Step 16's head is then trained one pass over
 #    the new answers alone (3,465 windows: the request answers beside the 20 new passage
 #    shards, 37 %), its schedule as step 16's (peak 2e-3, the last 40 % decaying, seed 8), two
 #    threads, into $S/eagle3-r3, and measured as step 16 was. The question it answers: do new
@@ -610,10 +613,11 @@ if [ "$MODE" = continue ]; then
       TEMPS=0 chat_tau r2-T0c "r2=$S/eagle3-r2/final"
       BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r2-T1 "r2=$S/eagle3-r2/final"
       cli_candidates r2 "r2=$S/eagle3-r2/final" | alone
-      WORKERS=1 greedy_passage_answers 74; } | in_background
+      WORKERS=1/2 greedy_passage_answers 74; } | in_background
     { VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" THREADS=1 STEPS=$R2_STEPS LR=2e-3 train_chat_head "$S/eagle3-r2v" "$S/start-eagle3-n" "$S/req-T0 $S/req-T1@0:40 $S/chat3-T0@0:54" "--seed 7 --draft-vocab-size 12288" $((R2_STEPS * 2 / 5)) r2v
       SCORES=raw TEMPS=0 chat_tau r2v-T0 "r2v=$S/eagle3-r2v/final"
-      WORKERS=1 request_answers req2 6 20 "--request-batch 2"; } | in_background
+      WORKERS=1 request_answers req2 6 20 "--request-batch 2"
+      WORKERS=0/2 greedy_passage_answers 74; } | in_background
     both_done
     echo 'R3=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r(\"train\", 2)) + 40 * 64) // 4))")'
     VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS='$R3' LR=2e-3 train_chat_head "$S/eagle3-r3" "$S/eagle3-r2/final" "$S/req2-T0 $S/req2-T1@0:20 $S/chat3-T0@54:74" "--seed 8" '$((R3 * 2 / 5))' r3
