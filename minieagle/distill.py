@@ -237,8 +237,9 @@ def decode_batch(target, prompts: list, window_tokens: int, keys, temperature: f
     False: every row decodes to the end, writing tokens past its window that are dropped), the
     draws of the others unchanged (one uniform a row and a step either way). On the general
     requests, whose prompts differ most in length, that saves about an eighth of the work
-    (docs/distill.md, "Throughput"). Returns (windows int32 [B, W], {key: float16 [B, W, d], TARGET_TOP: int32 [B, W],
-    TARGET_LSE: float32 [B, W]}, tokens sampled into the windows). target: a `PreparedTarget`."""
+    (docs/distill.md, "Throughput"). Returns (windows int32 [B, W], {key: float16 [B, W, d],
+    TARGET_TOP: int32 [B, W], TARGET_LSE: float32 [B, W]}, tokens sampled into the windows).
+    target: a `PreparedTarget`."""
     from minieagle.backend import to_host
     from minieagle.kvcache import KVCache
 

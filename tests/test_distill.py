@@ -88,8 +88,12 @@ def test_rows_that_leave_the_batch_once_full_change_nothing_they_wrote(small64, 
     target = inference.prepare(params, config)
     kept = []
     keep_rows = KVCache.keep_rows
-    monkeypatch.setattr(KVCache, "keep_rows", lambda self, rows: (kept.append(len(rows)),
-                                                                   keep_rows(self, rows)))  # fmt: skip
+
+    def counted(self, rows):
+        kept.append(len(rows))
+        keep_rows(self, rows)
+
+    monkeypatch.setattr(KVCache, "keep_rows", counted)
     rng = np.random.default_rng(5)
     prompts = [rng.integers(3, config.vocab_size, n).tolist() for n in (9, 2, 6, 4, 11, 3)]
     runs = [decode_batch(target, prompts, 16, KEYS, 1.0, np.random.default_rng(8),
