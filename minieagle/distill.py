@@ -210,36 +210,29 @@ def complete_shards(out_dir) -> list[Path]:
 # ---------------------------------------------------------------------------- sampling
 
 
-def sample_rows(logits: np.ndarray, temperature: float, rng: np.random.Generator,
-                uniforms: np.ndarray | None = None) -> np.ndarray:  # fmt: skip
+def sample_rows(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> np.ndarray:
     """One token per row of logits [B, V] (host float): argmax at temperature 0, else a draw
-    from softmax(logits / temperature) by the inverse CDF of one uniform per row -> int [B]
-    (uniforms [B] in [0, 1) when given, else drawn from rng)."""
+    from softmax(logits / temperature) by the inverse CDF of one uniform per row -> int [B]."""
     logits = np.asarray(logits, dtype=np.float64)
     if temperature == 0:
         return np.argmax(logits, axis=-1)
     scaled = logits / temperature
     probs = np.exp(scaled - scaled.max(axis=-1, keepdims=True))
     cdf = np.cumsum(probs, axis=-1)  # [B, V]
-    u = (rng.random(len(logits)) if uniforms is None else uniforms) * cdf[:, -1]  # [B]
+    u = rng.random(len(logits)) * cdf[:, -1]  # [B]
     return np.minimum((cdf < u[:, None]).sum(axis=-1), logits.shape[-1] - 1)
 
 
 def decode_batch(target, prompts: list, window_tokens: int, keys, temperature: float,
-                 rng: np.random.Generator, drop_finished: bool = True):  # fmt: skip
+                 rng: np.random.Generator):  # fmt: skip
     """Continue each prompt (a list of token ids, lengths may differ) to `window_tokens` tokens,
     all side by side, recording the hidden states `keys` of every token of each window, and the
     target's argmax and logsumexp of its logits at each of them (`feature_cache.TARGET_STATS`).
 
-    Prompts are left-padded to the longest and the rows step together until the shortest
-    prompt's window is full, so a longer prompt's window is full sooner: such rows leave the
-    batch (and the cache) once an eighth of the rows still decoding are full (drop_finished;
-    False: every row decodes to the end, writing tokens past its window that are dropped), the
-    draws of the others unchanged (one uniform a row and a step either way). On the general
-    requests, whose prompts differ most in length, that saves about an eighth of the work
-    (docs/distill.md, "Throughput"). Returns (windows int32 [B, W], {key: float16 [B, W, d],
-    TARGET_TOP: int32 [B, W], TARGET_LSE: float32 [B, W]}, tokens sampled into the windows).
-    target: a `PreparedTarget`."""
+    Prompts are left-padded to the longest; every row takes the same number of steps (enough for
+    the shortest prompt), so a longer prompt's row writes a few tokens past its window, which are
+    dropped. Returns (windows int32 [B, W], {key: float16 [B, W, d], TARGET_TOP: int32 [B, W],
+    TARGET_LSE: float32 [B, W]}, tokens sampled into the windows). target: a `PreparedTarget`."""
     from minieagle.backend import to_host
     from minieagle.kvcache import KVCache
 
@@ -267,34 +260,25 @@ def decode_batch(target, prompts: list, window_tokens: int, keys, temperature: f
     xp = array_module(like)
     from minieagle.backend import to_device
 
-    ends = padding + W  # row b's window is ids[b, padding[b] : ends[b]]
-    rows = np.arange(B)  # the rows still decoding (the cache's batch, in its order)
-    fed, stop = 0, P  # feed ids[rows, fed:stop], then sample column stop
+    fed, stop = 0, P  # feed ids[:, fed:stop], then sample column stop
     while True:
         logits, states = target.forward_batch(
-            to_device(ids[rows, fed:stop], like), cache=cache, padding=padding[rows],
+            to_device(ids[:, fed:stop], like), cache=cache, padding=padding,
             output_hidden=keys, last_only=fed > 0,  # the prompt: every position's logits
         )  # fmt: skip
         for key in keys:
-            hidden[key][rows, fed:stop] = to_host(states[key]).astype(np.float16)
-        last = xp.ascontiguousarray(logits[:, -1, :])  # [b, V] (the product's layout is not)
+            hidden[key][:, fed:stop] = to_host(states[key]).astype(np.float16)
+        last = xp.ascontiguousarray(logits[:, -1, :])  # [B, V] (the product's layout is not)
         if fed == 0:  # the prompt: a row at a time, so the temporaries stay small
             for b in range(B):
                 top[b, :stop] = to_host(xp.argmax(logits[b], axis=-1))
                 lse[b, :stop] = to_host(logsumexp(logits[b]))
         else:
-            top[rows, fed] = to_host(xp.argmax(last, axis=-1))
-            lse[rows, fed] = to_host(logsumexp(last))
+            top[:, fed], lse[:, fed] = to_host(xp.argmax(last, axis=-1)), to_host(logsumexp(last))
         if stop == total:
             break
-        draws = rng.random(B) if temperature > 0 else None  # every row's, decoding or not
-        ids[rows, stop] = sample_rows(to_host(last), temperature, rng,
-                                      None if draws is None else draws[rows])  # fmt: skip
+        ids[:, stop] = sample_rows(to_host(last), temperature, rng)
         fed, stop = stop, stop + 1
-        full = ends[rows] <= fed  # windows whose every position has been fed
-        if drop_finished and full.sum() >= max(1, len(rows) // 8):
-            cache.keep_rows(np.flatnonzero(~full))
-            rows = rows[~full]
     rows = padding[:, None] + np.arange(W)[None, :]  # [B, W]: each row's window
     windows = np.take_along_axis(ids, rows, axis=1).astype(np.int32)
     recorded = {key: np.take_along_axis(h, rows[:, :, None], axis=1) for key, h in hidden.items()}

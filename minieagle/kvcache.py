@@ -108,22 +108,6 @@ class KVCache:
                 buf[:, :, start : start + len(indices), :] = xp.take(buf, src, axis=2)
         self.length = start + len(indices)
 
-    def keep_rows(self, rows) -> None:
-        """Keep only the sequences `rows` of the batch (host ints, in that order), every
-        position of each: a batch that stops decoding some of its sequences stops paying for
-        them. The buffers are copied (the batch axis shrinks)."""
-        rows = [int(r) for r in rows]
-        batch = self.keys[0].shape[0] if self.keys else 0
-        if not rows or any(not 0 <= r < batch for r in rows) or len(set(rows)) != len(rows):
-            raise InvalidInputError(
-                f"rows={rows} must be distinct sequences of the batch of {batch}, at least one"
-            )
-        xp = array_module(self.keys[0])
-        index = to_device(rows, like=self.keys[0], dtype=xp.int64)
-        for buffers in (self.keys, self.values):
-            for i, buf in enumerate(buffers):
-                buffers[i] = xp.take(buf, index, axis=0)
-
     def crop(self, length: int) -> None:
         """Drop every position from `length` on (chain rollback)."""
         if not 0 <= length <= self.length:

@@ -80,49 +80,6 @@ def test_greedy_batched_decoding_writes_what_vanilla_decoding_writes(small64):
         np.testing.assert_allclose(hidden[key], truth[key], rtol=2e-3, atol=2e-3)
 
 
-def test_rows_that_leave_the_batch_once_full_change_nothing_they_wrote(small64, monkeypatch):
-    """A row whose window is full leaves the batch and the cache (drop_finished): every window,
-    feature and statistic equals those of the batch that decodes every row to the end, sampled
-    rows included (each row's draws are its own either way)."""
-    params, config, _ = small64
-    target = inference.prepare(params, config)
-    kept = []
-    keep_rows = KVCache.keep_rows
-
-    def counted(self, rows):
-        kept.append(len(rows))
-        keep_rows(self, rows)
-
-    monkeypatch.setattr(KVCache, "keep_rows", counted)
-    rng = np.random.default_rng(5)
-    prompts = [rng.integers(3, config.vocab_size, n).tolist() for n in (9, 2, 6, 4, 11, 3)]
-    runs = [decode_batch(target, prompts, 16, KEYS, 1.0, np.random.default_rng(8),
-                         drop_finished=drop) for drop in (True, False)]  # fmt: skip
-    (windows, recorded, sampled), (windows2, recorded2, sampled2) = runs
-    assert kept == [5, 4, 3, 2, 1]  # the longest prompt's row first, then the rest by length
-    np.testing.assert_array_equal(windows, windows2)
-    assert sampled == sampled2 == 6 * 16 - sum(map(len, prompts))
-    assert set(recorded) == set(recorded2)
-    for key in recorded:
-        np.testing.assert_allclose(recorded[key], recorded2[key], rtol=1e-12, atol=1e-12)
-
-
-def test_a_cache_keeps_the_rows_asked_for_in_their_order(small64):
-    params, config, _ = small64
-    cache = KVCache.for_model(config, params, batch=3, capacity=8)
-    for layer in range(config.num_hidden_layers):
-        k = np.arange(3.0)[:, None, None, None] + np.zeros((3, config.num_key_value_heads, 2,
-                                                            config.head_dim))  # fmt: skip
-        cache.append(layer, k, -k)
-    cache.keep_rows([2, 0])
-    assert cache.length == 2 and cache.keys[0].shape[0] == 2
-    assert cache.keys[-1][:, 0, 0, 0].tolist() == [2.0, 0.0]
-    assert cache.values[0][:, 0, 1, 0].tolist() == [-2.0, 0.0]
-    for rows in ([], [3], [1, 1]):
-        with pytest.raises(InvalidInputError, match="distinct sequences of the batch of 2"):
-            cache.keep_rows(rows)
-
-
 def _logsumexp(x):
     peak = x.max(axis=-1, keepdims=True)
     return np.log(np.exp(x - peak).sum(axis=-1)) + peak[..., 0]

@@ -1105,25 +1105,3 @@ def test_draft_vocab_coverage_counts_the_argmax_tokens_a_vocabulary_holds(script
         coverage.main([*argv[:4], "--grow", "5,x", "--data", str(runs["ood"])])
     with pytest.raises(InvalidInputError, match="--grow needs --counts-from"):
         coverage.main([*argv[:4], "--grow", "400", "--data", str(runs["ood"])])
-
-
-def test_the_ragged_distill_script_compares_dropping_full_rows_and_keeping_them(scripts, tmp_path):
-    """benchmarks/distill_ragged.py at its smallest: the general requests' prompts (unequal
-    lengths) decoded with the full rows dropped and kept, tokens/s of each, their ratio, and
-    the same windows either way."""
-    ragged = importlib.import_module("distill_ragged")
-    template = tmp_path / "chat.jinja"
-    template.write_text("{% for m in messages %}USER: {{ m['content'] }}\nASSISTANT:{% endfor %}")
-    out = tmp_path / "ragged.json"
-    results = ragged.main(["--windows", "4", "--window-tokens", "400", "--repeats", "1",
-                           "--keys", "2,final", "--template", str(template),
-                           "--json", str(out)])  # fmt: skip
-    assert json.loads(out.read_text()) == json.loads(json.dumps(results))
-    assert results["windows_equal"] is True
-    lengths = results["prompt_lengths"]
-    assert lengths["min"] < lengths["max"]  # the requests differ in length
-    steps = lengths["max"] + 400 - lengths["min"]
-    assert results["positions_wasted_without_drops"] == pytest.approx(1 - 400 / steps)
-    median = results["median_tokens_per_s"]
-    assert results["ratio_drop_to_keep"] == pytest.approx(median["drop"] / median["keep"])
-    assert all(len(runs) == 1 and runs[0] > 0 for runs in results["runs_tokens_per_s"].values())
