@@ -429,7 +429,7 @@ alone() {
   local p="'^[^ ]*python[^ ]* [^ ]*/minieagle distill'"
   echo "{ pkill -STOP -f $p; trap \"pkill -CONT -f $p\" EXIT
         $(cat)
-      }"
+        pkill -CONT -f $p; trap - EXIT; }"
 }
 # start_smollm2_run TAG LOG [ANSWERS]: the commands on stdin in the background, unless a
 #   process of that run (its answers' distillation, training, calibration or τ, or the
