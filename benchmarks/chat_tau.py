@@ -444,7 +444,8 @@ def main(argv=None) -> dict:
                 row["against_first"] = {"row": base, **paired_difference(
                     rows_here[base]["per_prompt"], row["per_prompt"])}  # fmt: skip
     results["stop_token_ids"] = stops
-    results["greedy_outputs_equal_to_vanilla"] = vanilla is not None
+    # checked at T = 0 (a difference stops the run); null when the run decoded no T = 0
+    results["greedy_outputs_equal_to_vanilla"] = True if vanilla is not None else None
     results["seconds"] = round(time.perf_counter() - start, 1)
     for setting in [k for k in results if k.startswith("T=")]:
         for name, row in results[setting].items():

@@ -1008,6 +1008,9 @@ def test_the_chat_tau_script_pools_tau_per_kind_with_intervals(scripts, tmp_path
         tau.main([*argv[:4], *argv[6:8], *argv[8:-4], "--baseline", f"{tmp_path / 'e3.json'}:e9"])
     with pytest.raises(InvalidInputError, match="labelled 'e3' too"):
         tau.main([*alone[:-2], "--baseline", earlier])
+    sampled = tau.main([*argv[:4], *argv[6:8], *argv[8:-4], "--temperatures", "1",
+                        "--baseline", earlier])  # fmt: skip
+    assert "T=0" not in sampled and sampled["greedy_outputs_equal_to_vanilla"] is None
     # two earlier runs paired without decoding: the same figures as one run's comparison
     later_file = tmp_path / "e1.json"
     later_file.write_text(json.dumps(later))
