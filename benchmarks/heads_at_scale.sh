@@ -265,20 +265,22 @@ request_answers() {
       wait -n && wait -n || exit 1"
   done
 }
-# greedy_passage_answers SHARDS: chat3's greedy answers (the T = 0 half of chat_answers chat3 2) up to
-#   SHARDS shards, two processes, one per core (WORKERS=1 in the caller's environment: one
-#   process at one thread, beside another run; WORKERS=0/2 or 1/2: such a process writing
-#   every other shard, the other half left to another chain).
-greedy_passage_answers() {
+# passage_answers SHARDS [T]: chat3's answers at T (0, its greedy half, by default; 1: its
+#   sampled half: chat_answers chat3 2 split by temperature) up to SHARDS shards, two
+#   processes, one per core (WORKERS=1 in the caller's environment: one process at one thread,
+#   beside another run; WORKERS=0/2 or 1/2: such a process writing every other shard, the
+#   other half left to another chain).
+passage_answers() {
+  local t=${2:-0}
   if [ "${WORKERS:-2}" != 2 ]; then  # one process: all the shards (1), or those of WORKERS=k/2
     local worker=$WORKERS; [ "$worker" = 1 ] && worker=0/1
-    echo "OPENBLAS_NUM_THREADS=1 minieagle distill --target $M --out-dir $S/chat3-T0 --source chat \
-        --temperature 0 --seed 2 --shards $1 --shard-windows 64 --batch-size 32 --window-tokens 257 \
-        --prompt-tokens 48 --keys 2,15,27,final --worker $worker --quiet >>$S/chat3-T0-$1.log 2>&1 || exit 1"
+    echo "OPENBLAS_NUM_THREADS=1 minieagle distill --target $M --out-dir $S/chat3-T$t --source chat \
+        --temperature $t --seed 2 --shards $1 --shard-windows 64 --batch-size 32 --window-tokens 257 \
+        --prompt-tokens 48 --keys 2,15,27,final --worker $worker --quiet >>$S/chat3-T$t-$1.log 2>&1 || exit 1"
     return
   fi
   echo "for w in 1 0; do
-        minieagle distill --target $M --out-dir $S/chat3-T0 --source chat --temperature 0 \
+        minieagle distill --target $M --out-dir $S/chat3-T$t --source chat --temperature $t \
           --seed 2 --shards $1 --shard-windows 64 --batch-size 32 --window-tokens 257 \
           --prompt-tokens 48 --keys 2,15,27,final --worker \$w/2 --quiet &
       done
@@ -597,32 +599,42 @@ fi
 #    shards, 37 %), its schedule as step 16's (peak 2e-3, the last 40 % decaying, seed 8), two
 #    threads, into $S/eagle3-r3, and measured as step 16 was. The question it answers: do new
 #    requests (not more samples of the same 886) move the questions kind again?
+#    Measured 2026-12-05 (docs/real_models.md, "Step 18"): step 16's head with its calibration
+#    (isotonic at T = 0) 2.69 / 2.92 on the 36 requests, the same as raw; at T = 1 2.15 / 2.36,
+#    minus the shipped head -0.065 [-0.237..+0.099] / -0.247 [-0.441..-0.061], the passage kinds
+#    falling most (60 nodes: heldout-chat 2.74 -> 2.33, ood-chat 2.71 -> 2.48) while the
+#    questions rose at 26 nodes (1.98 -> 2.14). Its passage answers were greedy only, its
+#    request answers both; so it is not shipped, and step 18's run also reads 20 shards of
+#    chat3's sampled passage answers (chat3-T1, seed 2: each chain writes half after its
+#    greedy half), then is calibrated and measured at T = 1 before its speed.
 if [ "$MODE" = continue ]; then
   # one pass over step 15's data: the greedy pass over the training requests and 56 shards of 64
   R_STEPS=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r('train')) + 56 * 64) // 4))")
   R2_STEPS=$((R_STEPS + (54 - 16) * 64 / 4))  # step 16: 38 more shards of passage answers
   { heldout_answers 9; heldout_requests 9; request_answers req 5 40
-    greedy_passage_answers 16
+    passage_answers 16
     shipped_start n 6e04c1e
     VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS=$R_STEPS LR=2e-3 train_chat_head "$S/eagle3-r" "$S/start-eagle3-n" "$S/req-T0 $S/req-T1@0:40 $S/chat3-T0@0:16" "--seed 6" $((R_STEPS * 2 / 5)) r
     calibrate_head "$S/eagle3-r" r
     SCORES=raw TEMPS=0 chat_tau r-T0 "r=$S/eagle3-r/final"
-    greedy_passage_answers 54
+    passage_answers 54
     { VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" THREADS=1 STEPS=$R2_STEPS LR=2e-3 train_chat_head "$S/eagle3-r2" "$S/start-eagle3-n" "$S/req-T0 $S/req-T1@0:40 $S/chat3-T0@0:54" "--seed 7" $((R2_STEPS * 2 / 5)) r2
       SCORES=raw TEMPS=0 chat_tau r2-T0 "r2=$S/eagle3-r2/final"; THREADS=1 calibrate_head "$S/eagle3-r2" r2
       TEMPS=0 chat_tau r2-T0c "r2=$S/eagle3-r2/final"
       BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r2-T1 "r2=$S/eagle3-r2/final"
       cli_candidates r2 "r2=$S/eagle3-r2/final" | alone
-      WORKERS=1/2 greedy_passage_answers 74; } | in_background
+      WORKERS=1/2 passage_answers 74; WORKERS=1/2 passage_answers 20 1; } | in_background
     { VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" THREADS=1 STEPS=$R2_STEPS LR=2e-3 train_chat_head "$S/eagle3-r2v" "$S/start-eagle3-n" "$S/req-T0 $S/req-T1@0:40 $S/chat3-T0@0:54" "--seed 7 --draft-vocab-size 12288" $((R2_STEPS * 2 / 5)) r2v
       SCORES=raw TEMPS=0 chat_tau r2v-T0 "r2v=$S/eagle3-r2v/final"
       WORKERS=1 request_answers req2 6 20 "--request-batch 2"
-      WORKERS=0/2 greedy_passage_answers 74; } | in_background
+      WORKERS=0/2 passage_answers 74; WORKERS=0/2 passage_answers 20 1; } | in_background
     both_done
-    echo 'R3=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r(\"train\", 2)) + 40 * 64) // 4))")'
-    VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS='$R3' LR=2e-3 train_chat_head "$S/eagle3-r3" "$S/eagle3-r2/final" "$S/req2-T0 $S/req2-T1@0:20 $S/chat3-T0@54:74" "--seed 8" '$((R3 * 2 / 5))' r3
+    echo 'R3=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r(\"train\", 2)) + 60 * 64) // 4))")'
+    VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS='$R3' LR=2e-3 train_chat_head "$S/eagle3-r3" "$S/eagle3-r2/final" "$S/req2-T0 $S/req2-T1@0:20 $S/chat3-T0@54:74 $S/chat3-T1@0:20" "--seed 8" '$((R3 * 2 / 5))' r3
     SCORES=raw TEMPS=0 chat_tau r3-T0 "r3=$S/eagle3-r3/final"
-    BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=0 chat_tau r3-T0c "r3=$S/eagle3-r3/final"
+    THREADS=2 calibrate_head "$S/eagle3-r3" r3
+    BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r3-T1 "r3=$S/eagle3-r3/final"
+    cli_candidates r3 "r2=$S/eagle3-r2/final r3=$S/eagle3-r3/final"
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r-T1 "r=$S/eagle3-r/final"
     chat_answers chat3 2; shipped_start n 6e04c1e
     THREADS=1 train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960
