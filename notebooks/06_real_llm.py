@@ -1017,7 +1017,39 @@ plt.show()
 
 # %% [markdown]
 # Every kind moved up, the questions most, and over all 36 requests both intervals clear zero:
-# the mix, not either kind alone, is what raised τ on average.
+# the mix, not either kind alone, is what raised τ on average at T = 0. A head ships for both
+# temperatures, though, and at T = 1 the same head, with its own calibration, reads otherwise
+# (`docs/results/smollm2-chat-tau-r2-vs-shipped-T1.json`):
+
+# %%
+mix1 = json.loads((results_dir / "smollm2-chat-tau-r2-vs-shipped-T1.json").read_text())["T=1"]
+fig, ax = plt.subplots(figsize=(6, 3.2))
+for i, tree in enumerate(("26:7:8", "60:7:10")):
+    by_kind = mix1[tree]["by_kind"]
+    diff = [by_kind[k]["difference"] for k in kinds] + [mix1[tree]["difference"]]
+    low = [by_kind[k]["low"] for k in kinds] + [mix1[tree]["low"]]
+    high = [by_kind[k]["high"] for k in kinds] + [mix1[tree]["high"]]
+    x = np.arange(4) + 0.4 * i - 0.2
+    ax.bar(x, diff, 0.4, yerr=[np.subtract(diff, low), np.subtract(high, diff)], capsize=3,
+           label=f"{tree} nodes (τ {mix1[tree]['second']['tau']:.2f})")  # fmt: skip
+    print(f"the mix minus shipped at T = 1, {tree}: "
+          + "  ".join(f"{k} {d:+.3f}" for k, d in zip([*kinds, "all 36"], diff, strict=True)))
+assert mix1["60:7:10"]["high"] < 0  # at 60 nodes the interval lies below zero
+ax.axhline(0, color="k", lw=0.5)
+ax.set_xticks(range(4), [*kinds, "all 36"], fontsize=8)
+ax.set_ylabel("paired difference in τ, T = 1")
+ax.set_title("the same head at T = 1, minus shipped", fontsize=9)
+ax.legend(fontsize=7)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The passage requests that gained at T = 0 lose most at T = 1. The head's passage answers were
+# greedy only, its request answers greedy and sampled: a sampled tree is accepted by how much of
+# the target's distribution the drafts cover, on contexts the target sampled, and the questions,
+# whose sampled answers were in the data, held up. So that head was not shipped, and the next
+# run adds the target's sampled answers to passage requests (`benchmarks/heads_at_scale.sh`,
+# step 18).
 
 # %% [markdown]
 # ## 9. Tokens a head can never draft
