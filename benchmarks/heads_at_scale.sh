@@ -65,11 +65,11 @@ if [ "$MODE" = status ]; then
     [ -f "$log" ] || continue
     printf '%s: %s\n' "$(basename "$log")" "$(tail -c 300 "$log" | tr '\r' '\n' | tail -n 1)"
   done
-  for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1 "$S"/chat2-T0 "$S"/chat2-T1 "$S"/chat3-T0 "$S"/chat3-T1 "$S"/chat4-T0 "$S"/chat4-T1 "$S"/heldout-val-T0 "$S"/heldout-ood-T0 "$S"/heldout-val-T1 "$S"/heldout-ood-T1 "$S"/heldout-req-T0 "$S"/heldout-req-T1 "$S"/req-T0 "$S"/req-T1; do
+  for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1 "$S"/chat2-T0 "$S"/chat2-T1 "$S"/chat3-T0 "$S"/chat3-T1 "$S"/chat4-T0 "$S"/chat4-T1 "$S"/heldout-val-T0 "$S"/heldout-ood-T0 "$S"/heldout-val-T1 "$S"/heldout-ood-T1 "$S"/heldout-req-T0 "$S"/heldout-req-T1 "$S"/req-T0 "$S"/req-T1 "$S"/req2-T0 "$S"/req2-T1; do
     [ -d "$run" ] && echo "$run: $(ls -d "$run"/shard-?????  2>/dev/null | wc -l) shards" \
       "($(find "$run" -maxdepth 1 -name 'shard-?????' -mmin -30 | wc -l) in the last 30 minutes)"
   done
-  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$S"/eagle3-n "$S"/eagle3-n-d960 "$S"/eagle3-n-d960-ans "$S"/eagle3-n-d1600 "$S"/pilot-t7 "$S"/eagle3-r "$S"/eagle3-n-t7 "$S"/eagle3-m "$S"/eagle3-m-t7 "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
+  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$S"/eagle3-n "$S"/eagle3-n-d960 "$S"/eagle3-n-d960-ans "$S"/eagle3-n-d1600 "$S"/pilot-t7 "$S"/eagle3-r "$S"/eagle3-r2 "$S"/eagle3-r2v "$S"/eagle3-r3 "$S"/eagle3-n-t7 "$S"/eagle3-m "$S"/eagle3-m-t7 "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
     [ -f "$run/state/state.json" ] && echo "$run: $(python -c "
 import json, sys
 state = json.load(open(sys.argv[1]))
