@@ -244,47 +244,39 @@ chat_answers() {
 #   name no passage (data/requests.jsonl, `distill --source requests`; FLAGS e.g.
 #   "--request-batch 2": data/requests-2.jsonl): one greedy pass over the training split's
 #   requests into $S/NAME-T0, then SHARDS shards at T = 1 into $S/NAME-T1, 64 windows of 257
-#   tokens each, 64 side by side, two processes, one per core (WORKERS=1 in the caller's
-#   environment: one process at one thread, beside another run).
+#   tokens each, 64 side by side, as `distill_workers` runs them (two processes by default).
 request_answers() {
   local t shards
   for t in 0 1; do
     shards=$3; [ $t = 0 ] && shards=1000  # T = 0: one pass (distill caps the count)
-    if [ "${WORKERS:-2}" = 1 ]; then
-      echo "OPENBLAS_NUM_THREADS=1 minieagle distill --target $M --out-dir $S/$1-T$t --source requests \
-          --temperature $t --seed $2 --shards $shards --shard-windows 64 --batch-size 64 \
-          --window-tokens 257 --keys 2,15,27,final ${4:-} --quiet >>$S/$1-T$t.log 2>&1 || exit 1"
-      continue
-    fi
-    echo "
-      for w in 1 0; do
-        minieagle distill --target $M --out-dir $S/$1-T$t --source requests --temperature $t \
-          --seed $2 --shards $shards --shard-windows 64 --batch-size 64 --window-tokens 257 \
-          --keys 2,15,27,final ${4:-} --worker \$w/2 --quiet &
-      done
-      wait -n && wait -n || exit 1"
+    distill_workers "minieagle distill --target $M --out-dir $S/$1-T$t --source requests \
+        --temperature $t --seed $2 --shards $shards --shard-windows 64 --batch-size 64 \
+        --window-tokens 257 --keys 2,15,27,final ${4:-} --quiet" "$S/$1-T$t.log"
   done
 }
 # passage_answers SHARDS [T]: chat3's answers at T (0, its greedy half, by default; 1: its
 #   sampled half: chat_answers chat3 2 split by temperature) up to SHARDS shards, two
-#   processes, one per core (WORKERS=1 in the caller's environment: one process at one thread,
-#   beside another run; WORKERS=0/2 or 1/2: such a process writing every other shard, the
-#   other half left to another chain).
+#   processes, one per core (`distill_workers`).
 passage_answers() {
   local t=${2:-0}
-  if [ "${WORKERS:-2}" != 2 ]; then  # one process: all the shards (1), or those of WORKERS=k/2
-    local worker=$WORKERS; [ "$worker" = 1 ] && worker=0/1
-    echo "OPENBLAS_NUM_THREADS=1 minieagle distill --target $M --out-dir $S/chat3-T$t --source chat \
-        --temperature $t --seed 2 --shards $1 --shard-windows 64 --batch-size 32 --window-tokens 257 \
-        --prompt-tokens 48 --keys 2,15,27,final --worker $worker --quiet >>$S/chat3-T$t-$1.log 2>&1 || exit 1"
-    return
-  fi
-  echo "for w in 1 0; do
-        minieagle distill --target $M --out-dir $S/chat3-T$t --source chat --temperature $t \
-          --seed 2 --shards $1 --shard-windows 64 --batch-size 32 --window-tokens 257 \
-          --prompt-tokens 48 --keys 2,15,27,final --worker \$w/2 --quiet &
+  distill_workers "minieagle distill --target $M --out-dir $S/chat3-T$t --source chat \
+      --temperature $t --seed 2 --shards $1 --shard-windows 64 --batch-size 32 \
+      --window-tokens 257 --prompt-tokens 48 --keys 2,15,27,final --quiet" "$S/chat3-T$t-$1.log"
+}
+# distill_workers COMMAND LOG: a `minieagle distill` command (no --worker) as two processes, one
+#   per core, or (WORKERS=1 in the caller's environment) one process at one thread beside
+#   another run, its summary appended to LOG, or (WORKERS=0/2 or 1/2) such a process writing
+#   every other shard, the other half left to another chain.
+distill_workers() {
+  case ${WORKERS:-2} in
+    2) echo "
+      for w in 1 0; do
+        $1 --worker \$w/2 &
       done
-      wait -n && wait -n || exit 1"
+      wait -n && wait -n || exit 1" ;;
+    1) echo "OPENBLAS_NUM_THREADS=1 $1 >>$2 2>&1 || exit 1" ;;
+    *) echo "OPENBLAS_NUM_THREADS=1 $1 --worker $WORKERS >>$2 2>&1 || exit 1" ;;
+  esac
 }
 # heldout_requests SEED: the validation split's requests (about 5 %) answered greedily (one
 #   pass) and at T = 1 (64 windows) into $S/heldout-req-T0 and -T1: held-out sets of the kind

@@ -994,26 +994,32 @@ plt.show()
 # them (step 16, `docs/results/smollm2-chat-tau-r2-vs-shipped-T0.json`):
 
 # %%
-mix = json.loads((results_dir / "smollm2-chat-tau-r2-vs-shipped-T0.json").read_text())["T=0"]
-fig, ax = plt.subplots(figsize=(6, 3.2))
-for i, tree in enumerate(("26:7:8", "60:7:10")):
-    by_kind = mix[tree]["by_kind"]
-    diff = [by_kind[k]["difference"] for k in kinds] + [mix[tree]["difference"]]
-    low = [by_kind[k]["low"] for k in kinds] + [mix[tree]["low"]]
-    high = [by_kind[k]["high"] for k in kinds] + [mix[tree]["high"]]
-    x = np.arange(4) + 0.4 * i - 0.2
-    ax.bar(x, diff, 0.4, yerr=[np.subtract(diff, low), np.subtract(high, diff)], capsize=3,
-           label=f"{tree} nodes (τ {mix[tree]['second']['tau']:.2f})")  # fmt: skip
-    print(f"the mix minus shipped, {tree}: "
-          + "  ".join(f"{k} {d:+.3f}" for k, d in zip([*kinds, "all 36"], diff, strict=True)))
-    assert mix[tree]["low"] > 0  # over all 36, the interval clears zero
-ax.axhline(0, color="k", lw=0.5)
-ax.set_xticks(range(4), [*kinds, "all 36"], fontsize=8)
-ax.set_ylabel("paired difference in τ, T = 0")
-ax.set_title("both kinds of answer in one run, minus shipped", fontsize=9)
-ax.legend(fontsize=7)
-plt.tight_layout()
-plt.show()
+def paired_bars(pairs: dict, setting: str, title: str) -> None:
+    """Bars of a `chat_tau.py --pair` file's differences at `setting` ("T=0"), by kind and over
+    all 36, at both trees, with their 95 % intervals."""
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    for i, tree in enumerate(("26:7:8", "60:7:10")):
+        row, by_kind = pairs[setting][tree], pairs[setting][tree]["by_kind"]
+        diff = [by_kind[k]["difference"] for k in kinds] + [row["difference"]]
+        low = [by_kind[k]["low"] for k in kinds] + [row["low"]]
+        high = [by_kind[k]["high"] for k in kinds] + [row["high"]]
+        x = np.arange(4) + 0.4 * i - 0.2
+        ax.bar(x, diff, 0.4, yerr=[np.subtract(diff, low), np.subtract(high, diff)], capsize=3,
+               label=f"{tree} nodes (τ {row['second']['tau']:.2f})")  # fmt: skip
+        print(f"{title}, {tree}: "
+              + "  ".join(f"{k} {d:+.3f}" for k, d in zip([*kinds, "all 36"], diff, strict=True)))
+    ax.axhline(0, color="k", lw=0.5)
+    ax.set_xticks(range(4), [*kinds, "all 36"], fontsize=8)
+    ax.set_ylabel(f"paired difference in τ, {setting.replace('=', ' = ')}")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    plt.tight_layout()
+    plt.show()
+
+
+mix = json.loads((results_dir / "smollm2-chat-tau-r2-vs-shipped-T0.json").read_text())
+paired_bars(mix, "T=0", "both kinds of answer in one run, minus shipped")
+assert all(mix["T=0"][tree]["low"] > 0 for tree in ("26:7:8", "60:7:10"))  # all 36 clear zero
 
 # %% [markdown]
 # Every kind moved up, the questions most, and over all 36 requests both intervals clear zero:
@@ -1022,26 +1028,9 @@ plt.show()
 # (`docs/results/smollm2-chat-tau-r2-vs-shipped-T1.json`):
 
 # %%
-mix1 = json.loads((results_dir / "smollm2-chat-tau-r2-vs-shipped-T1.json").read_text())["T=1"]
-fig, ax = plt.subplots(figsize=(6, 3.2))
-for i, tree in enumerate(("26:7:8", "60:7:10")):
-    by_kind = mix1[tree]["by_kind"]
-    diff = [by_kind[k]["difference"] for k in kinds] + [mix1[tree]["difference"]]
-    low = [by_kind[k]["low"] for k in kinds] + [mix1[tree]["low"]]
-    high = [by_kind[k]["high"] for k in kinds] + [mix1[tree]["high"]]
-    x = np.arange(4) + 0.4 * i - 0.2
-    ax.bar(x, diff, 0.4, yerr=[np.subtract(diff, low), np.subtract(high, diff)], capsize=3,
-           label=f"{tree} nodes (τ {mix1[tree]['second']['tau']:.2f})")  # fmt: skip
-    print(f"the mix minus shipped at T = 1, {tree}: "
-          + "  ".join(f"{k} {d:+.3f}" for k, d in zip([*kinds, "all 36"], diff, strict=True)))
-assert mix1["60:7:10"]["high"] < 0  # at 60 nodes the interval lies below zero
-ax.axhline(0, color="k", lw=0.5)
-ax.set_xticks(range(4), [*kinds, "all 36"], fontsize=8)
-ax.set_ylabel("paired difference in τ, T = 1")
-ax.set_title("the same head at T = 1, minus shipped", fontsize=9)
-ax.legend(fontsize=7)
-plt.tight_layout()
-plt.show()
+mix1 = json.loads((results_dir / "smollm2-chat-tau-r2-vs-shipped-T1.json").read_text())
+paired_bars(mix1, "T=1", "the same head at T = 1, minus shipped")
+assert mix1["T=1"]["60:7:10"]["high"] < 0  # at 60 nodes the interval lies below zero
 
 # %% [markdown]
 # The passage requests that gained at T = 0 lose most at T = 1. The head's passage answers were
