@@ -598,7 +598,8 @@ fi
 #    questions rose at 26 nodes (1.98 -> 2.14). Its passage answers were greedy only, its
 #    request answers both; so it is not shipped, and step 18's run also reads 20 shards of
 #    chat3's sampled passage answers (chat3-T1, seed 2: each chain writes half after its
-#    greedy half), then is calibrated and measured at T = 1 before its speed.
+#    greedy half), then is calibrated, its τ measured at T = 0 and T = 1 side by side (one
+#    core each, both beside the shipped head), and its speed measured alone.
 if [ "$MODE" = continue ]; then
   # one pass over step 15's data: the greedy pass over the training requests and 56 shards of 64
   R_STEPS=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r('train')) + 56 * 64) // 4))")
@@ -623,9 +624,10 @@ if [ "$MODE" = continue ]; then
     both_done
     echo 'R3=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r(\"train\", 2)) + 60 * 64) // 4))")'
     VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS='$R3' LR=2e-3 train_chat_head "$S/eagle3-r3" "$S/eagle3-r2/final" "$S/req2-T0 $S/req2-T1@0:20 $S/chat3-T0@54:74 $S/chat3-T1@0:20" "--seed 8" '$((R3 * 2 / 5))' r3
-    SCORES=raw TEMPS=0 chat_tau r3-T0 "r3=$S/eagle3-r3/final"
     THREADS=2 calibrate_head "$S/eagle3-r3" r3
-    BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r3-T1 "r3=$S/eagle3-r3/final"
+    BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=0 chat_tau r3-T0c "r3=$S/eagle3-r3/final" | in_background
+    BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r3-T1 "r3=$S/eagle3-r3/final" | in_background
+    both_done
     cli_candidates r3 "r2=$S/eagle3-r2/final r3=$S/eagle3-r3/final"
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r-T1 "r=$S/eagle3-r/final"
     chat_answers chat3 2; shipped_start n 6e04c1e
