@@ -112,10 +112,11 @@ def test_clean_rest_keeps_the_words_and_drops_the_markup() -> None:
 
 
 def test_requests_split_about_90_5_5_and_stay_apart_from_the_held_out_questions() -> None:
-    """data/requests.jsonl and requests-2.jsonl: distinct requests across both, 50 in each of
-    the same 20 categories in each file, every split about its share, and none shares a run of
-    six words with the questions chat_tau holds out (benchmarks/chat_tau.py QUESTIONS), so the
-    "questions" kind stays requests no head trained on."""
+    """data/requests.jsonl, requests-2.jsonl and requests-3.jsonl: distinct requests across
+    them all, 50 in each of the same 20 categories in each file, every split about its share,
+    and none shares a run of six words with the questions chat_tau holds out
+    (benchmarks/chat_tau.py QUESTIONS), so the "questions" kind stays requests no head trained
+    on."""
     import collections
     import importlib.util
     import re
@@ -149,5 +150,7 @@ def test_requests_split_about_90_5_5_and_stay_apart_from_the_held_out_questions(
 
 
 def test_the_requests_ship_with_their_provenance() -> None:
+    from minieagle.data import REQUEST_FILES
+
     text = (Path(__file__).resolve().parents[1] / "minieagle/data/PROVENANCE.md").read_text()
-    assert "requests.jsonl" in text and "requests-2.jsonl" in text
+    assert all(f"\n## {path.name}\n" in text for path in REQUEST_FILES.values())

@@ -304,12 +304,14 @@ def test_chat_prompts_are_rendered_with_the_template(tmp_path):
         assert tokenizer.decode(row.tolist()).startswith("USER: ")
 
 
-@pytest.mark.parametrize(("batch", "file"), [(1, "requests.jsonl"), (2, "requests-2.jsonl")])
+@pytest.mark.parametrize(
+    ("batch", "file"), [(1, "requests.jsonl"), (2, "requests-2.jsonl"), (3, "requests-3.jsonl")]
+)
 def test_general_requests_are_answered_through_the_template(tmp_path, batch, file):
     """Source "requests": each window is a request of the chosen split and batch (file) rendered
     with the chat template, then the target's answer; a greedy run stops after one pass over
     the requests."""
-    from minieagle.data import request_records
+    from minieagle.data import REQUEST_FILES, request_records
     from minieagle.distill import _PromptSource, shards_available
 
     template = tmp_path / "chat.jinja"
@@ -320,7 +322,8 @@ def test_general_requests_are_answered_through_the_template(tmp_path, batch, fil
     run_distill(cfg, progress=False)
     _, _, tokenizer = load_checkpoint(SMALL)
     asked = {f"USER: {r['request']}\nASSISTANT:" for r in request_records("val", batch)}
-    other = {f"USER: {r['request']}\nASSISTANT:" for r in request_records("val", 3 - batch)}
+    other = {f"USER: {r['request']}\nASSISTANT:" for b in REQUEST_FILES if b != batch
+             for r in request_records("val", b)}  # fmt: skip
     for row in np.load(shard_dir(cfg.out_dir, 0) / "windows.npy"):
         text = tokenizer.decode(row.tolist())
         assert any(text.startswith(prompt) for prompt in asked), text[:80]
@@ -388,7 +391,8 @@ def test_a_run_from_before_request_batches_resumes_as_batch_1_and_batch_2_is_ref
 
 @pytest.mark.parametrize(
     ("settings", "match"),
-    [({"source": "requests", "request_batch": 3}, r"request batch 3 is not one of \[1, 2\]"),
+    [({"source": "requests", "request_batch": 4},
+      r"request batch 4 is not one of \[1, 2, 3\] \(1: data/requests.jsonl, .*3: data/requests-3"),
      ({"source": "requests", "request_batch": True}, "request batch True"),
      ({"source": "chat", "request_batch": 2}, "only source 'requests' reads the requests")],
 )  # fmt: skip

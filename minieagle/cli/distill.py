@@ -45,6 +45,7 @@ def _worker(text: str) -> tuple[int, int]:
 
 
 def add_parser(sub) -> None:
+    from minieagle.data import REQUEST_FILES
     from minieagle.distill import SOURCES, SPLITS
 
     p = sub.add_parser(
@@ -79,10 +80,10 @@ def add_parser(sub) -> None:
         "--request-batch",
         dest="request_batch",
         type=int,
-        choices=(1, 2),
+        choices=tuple(REQUEST_FILES),
         default=1,
-        help="requests: which file of general requests, 1 (data/requests.jsonl) or 2 "
-        "(data/requests-2.jsonl), 1,000 each (1)",
+        help="requests: which file of general requests, 1 (data/requests.jsonl), 2 "
+        "(data/requests-2.jsonl) or 3 (data/requests-3.jsonl), 1,000 each (1)",
     )
     p.add_argument(
         "--shards",

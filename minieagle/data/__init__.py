@@ -89,7 +89,11 @@ def ood_records() -> tuple[dict, ...]:
 REQUESTS_FILE = _DATA_DIR / "requests.jsonl"
 # The batches of general requests, each its own file: a new batch never changes the order,
 # and so the shuffled passes (`distill --source requests`), of an earlier one.
-REQUEST_FILES = {1: REQUESTS_FILE, 2: _DATA_DIR / "requests-2.jsonl"}
+REQUEST_FILES = {
+    1: REQUESTS_FILE,
+    2: _DATA_DIR / "requests-2.jsonl",
+    3: _DATA_DIR / "requests-3.jsonl",
+}
 
 
 @functools.cache
@@ -104,17 +108,19 @@ def _requests(batch: int) -> tuple[dict, ...]:
 def check_request_batch(batch) -> None:
     if isinstance(batch, bool) or batch not in REQUEST_FILES:
         raise InvalidInputError(
-            f"request batch {batch!r} is not one of {sorted(REQUEST_FILES)} (data/requests.jsonl "
-            "is batch 1, data/requests-2.jsonl batch 2); pass one of those"
+            f"request batch {batch!r} is not one of {sorted(REQUEST_FILES)} ("
+            + ", ".join(f"{n}: data/{path.name}" for n, path in REQUEST_FILES.items())
+            + "); pass one of those"
         )
 
 
 def request_records(split: str | None = None, batch: int = 1) -> list[dict]:
     """The general requests of batch `batch` ({"category", "request"}, written for training by
-    the minieagle team; PROVENANCE.md): batch 1 is `data/requests.jsonl`, batch 2
-    `data/requests-2.jsonl`, 1,000 each, 50 in each of the same 20 categories. In file order:
-    all of them, or those of `split`, which a request's own text picks as a document's path
-    picks its split (`split_of`): adding a request never moves another."""
+    the minieagle team; PROVENANCE.md): batch 1 is `data/requests.jsonl`, batch N > 1
+    `data/requests-N.jsonl` (`REQUEST_FILES`), 1,000 each, 50 in each of the same 20
+    categories. In file order: all of them, or those of `split`, which a request's own text
+    picks as a document's path picks its split (`split_of`): adding a request never moves
+    another."""
     check_request_batch(batch)
     if split is None:
         return list(_requests(batch))
