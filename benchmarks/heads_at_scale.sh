@@ -65,7 +65,7 @@ if [ "$MODE" = status ]; then
     [ -f "$log" ] || continue
     printf '%s: %s\n' "$(basename "$log")" "$(tail -c 300 "$log" | tr '\r' '\n' | tail -n 1)"
   done
-  for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1 "$S"/chat2-T0 "$S"/chat2-T1 "$S"/chat3-T0 "$S"/chat3-T1 "$S"/chat4-T0 "$S"/chat4-T1 "$S"/heldout-val-T0 "$S"/heldout-ood-T0 "$S"/heldout-val-T1 "$S"/heldout-ood-T1 "$S"/heldout-req-T0 "$S"/heldout-req-T1 "$S"/req-T0 "$S"/req-T1 "$S"/req2-T0 "$S"/req2-T1; do
+  for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1 "$S"/chat2-T0 "$S"/chat2-T1 "$S"/chat3-T0 "$S"/chat3-T1 "$S"/chat4-T0 "$S"/chat4-T1 "$S"/heldout-val-T0 "$S"/heldout-ood-T0 "$S"/heldout-val-T1 "$S"/heldout-ood-T1 "$S"/heldout-req-T0 "$S"/heldout-req-T1 "$S"/req-T0 "$S"/req-T1 "$S"/req2-T0 "$S"/req2-T1 "$S"/req3-T0 "$S"/req3-T1; do
     [ -d "$run" ] && echo "$run: $(ls -d "$run"/shard-?????  2>/dev/null | wc -l) shards" \
       "($(find "$run" -maxdepth 1 -name 'shard-?????' -mmin -30 | wc -l) in the last 30 minutes)"
   done
@@ -600,6 +600,10 @@ fi
 #    chat3's sampled passage answers (chat3-T1, seed 2: each chain writes half after its
 #    greedy half), then is calibrated, its τ measured at T = 0 and T = 1 side by side (one
 #    core each, both beside the shipped head), and its speed measured alone.
+# 19. The data of the next run: SmolLM2's answers to a third batch of 1,000 general requests
+#    (data/requests-3.jsonl, written 2026-12-05: 894 in the training split, the same 20
+#    categories, topics neither earlier batch takes), one greedy pass and 20 shards at T = 1
+#    (seed 7), two processes. Step 18's answer decides what trains on them.
 if [ "$MODE" = continue ]; then
   # one pass over step 15's data: the greedy pass over the training requests and 56 shards of 64
   R_STEPS=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r('train')) + 56 * 64) // 4))")
@@ -629,6 +633,7 @@ if [ "$MODE" = continue ]; then
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r3-T1 "r3=$S/eagle3-r3/final" | in_background
     both_done
     cli_candidates r3 "r2=$S/eagle3-r2/final r3=$S/eagle3-r3/final"
+    request_answers req3 7 20 "--request-batch 3"
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r-T1 "r=$S/eagle3-r/final"
     chat_answers chat3 2; shipped_start n 6e04c1e
     THREADS=1 train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960
