@@ -1037,8 +1037,24 @@ assert mix1["T=1"]["60:7:10"]["high"] < 0  # at 60 nodes the interval lies below
 # greedy only, its request answers greedy and sampled: a sampled tree is accepted by how much of
 # the target's distribution the drafts cover, on contexts the target sampled, and the questions,
 # whose sampled answers were in the data, held up. So that head was not shipped, and the next
-# run adds the target's sampled answers to passage requests (`benchmarks/heads_at_scale.sh`,
-# step 18).
+# run (step 18 of `benchmarks/heads_at_scale.sh`) went on from it with the target's sampled
+# answers to passage requests, and its answers to 1,000 new general requests, beside more
+# greedy passage answers. Against the shipped head, at both temperatures
+# (`docs/results/smollm2-chat-tau-r3-vs-shipped-T0.json`, `-T1.json`):
+
+# %%
+for t in (0, 1):
+    step18 = json.loads((results_dir / f"smollm2-chat-tau-r3-vs-shipped-T{t}.json").read_text())
+    paired_bars(step18, f"T={t}", f"step 18's head at T = {t}, minus shipped")
+    assert step18[f"T={t}"]["60:7:10"]["by_kind"]["questions"]["difference"] > 0
+
+# %% [markdown]
+# The sampled passage answers brought T = 1 back near the shipped head (at 60 nodes −0.12 with
+# an interval across zero, where step 16's head read −0.25), and the new requests lifted the
+# questions again, at both temperatures. Over all 36 at T = 0 it is step 16's head again (2.91
+# against 2.92 at 60 nodes): its greedy passage answers were a smaller share of its data, and
+# the passage requests gave back what the questions gained. Still not shipped (the T = 1 rule;
+# its chain of one runs at the shipped head's speed), and τ at T = 0 still 0.09 short of 3.0.
 
 # %% [markdown]
 # ## 9. Tokens a head can never draft
