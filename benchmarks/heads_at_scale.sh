@@ -603,11 +603,19 @@ fi
 # 19. The data of the next run: SmolLM2's answers to a third batch of 1,000 general requests
 #    (data/requests-3.jsonl, written 2026-12-05: 894 in the training split, the same 20
 #    categories, topics neither earlier batch takes), one greedy pass and 20 shards at T = 1
-#    (seed 7), two processes, and chat3's sampled passage answers on from 20 to 40 shards.
-# 20. Step 18's recipe again on them: step 18's head (its held-out first-draft top-1 rose on
-#    every set, 0.002 to 0.020, over step 16's) trained one pass over the new answers alone
-#    (the request answers beside the 20 new sampled passage shards), the same schedule, seed 9,
-#    into $S/eagle3-r4, then calibrated and measured as step 18's head, beside it.
+#    (seed 7), two processes, and chat3's passage answers on by 20 shards each, greedy (74 to
+#    94) and sampled (20 to 40).
+# 20. Step 18's recipe again on them: step 18's head trained one pass over the new answers
+#    alone, in step 18's mix (the request answers beside 20 new greedy and 20 new sampled
+#    passage shards), the same schedule, seed 9, into $S/eagle3-r4, then calibrated and
+#    measured as step 18's head, beside it. Measured 2026-12-05 (docs/real_models.md, "Step
+#    18's head measured"): step 18's head held-out first-draft top-1 rose on every set (0.002
+#    to 0.020) over step 16's; τ at T = 0 2.68 / 2.91 (26 / 60 nodes), +0.089 over the shipped
+#    head at 60 and the same as step 16's (the questions +0.13, heldout-chat -0.13); at T = 1
+#    +0.16 / +0.13 over step 16's, +0.10 / -0.12 over the shipped head (intervals across zero);
+#    its chain of one at the shipped head's speed. Not shipped. Each kind's τ followed its
+#    share of the latest run's data, so step 20 keeps step 18's mix rather than drop the greedy
+#    passage answers.
 if [ "$MODE" = continue ]; then
   # one pass over step 15's data: the greedy pass over the training requests and 56 shards of 64
   R_STEPS=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r('train')) + 56 * 64) // 4))")
@@ -638,9 +646,9 @@ if [ "$MODE" = continue ]; then
     both_done
     cli_candidates r3 "r2=$S/eagle3-r2/final r3=$S/eagle3-r3/final"
     request_answers req3 7 20 "--request-batch 3"
-    passage_answers 40 1
-    echo 'R4=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r(\"train\", 3)) + 40 * 64) // 4))")'
-    VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS='$R4' LR=2e-3 train_chat_head "$S/eagle3-r4" "$S/eagle3-r3/final" "$S/req3-T0 $S/req3-T1@0:20 $S/chat3-T1@20:40" "--seed 9" '$((R4 * 2 / 5))' r4
+    passage_answers 94; passage_answers 40 1
+    echo 'R4=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r(\"train\", 3)) + 60 * 64) // 4))")'
+    VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS='$R4' LR=2e-3 train_chat_head "$S/eagle3-r4" "$S/eagle3-r3/final" "$S/req3-T0 $S/req3-T1@0:20 $S/chat3-T0@74:94 $S/chat3-T1@20:40" "--seed 9" '$((R4 * 2 / 5))' r4
     THREADS=2 calibrate_head "$S/eagle3-r4" r4
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=0 chat_tau r4-T0c "r4=$S/eagle3-r4/final" | in_background
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r4-T1 "r4=$S/eagle3-r4/final" | in_background
