@@ -31,6 +31,13 @@ M=$CACHE/models/smollm2-135m-instruct
 export OPENBLAS_NUM_THREADS=1
 mkdir -p "$T" "$S"
 
+# all_done VAR: the queue's text that waits for each background job whose PID the list $VAR
+#   holds, stops the queue if any failed, and empties the list. Not `wait -n` twice: a job that
+#   has ended before `wait -n` is called is not waited for again, and it fails (status 127,
+#   bash 5.2) where nothing did, as when both of two runs were already done and were skipped.
+all_done() {
+  echo "for p in \$$1; do wait \$p || exit 1; done; $1="
+}
 running() { pgrep -f -- "$1" >/dev/null; }
 
 # Snapshots: the long tiny runs' training states (a few MB each) kept in the repository, so
@@ -153,12 +160,13 @@ if ! running "distill --target $M" && ! running "train eagle. --target $M"; then
   nohup nice -n 5 bash -c "
     [ -d $M ] || minieagle import smollm2 >/dev/null
     for t in 0 1; do  # two processes, one per core, each writing every other shard
+      W=
       for w in 1 0; do
         minieagle distill --target $M --out-dir $S/chat-T\$t --source chat --temperature \$t \
           --shards 100 --shard-windows 64 --batch-size 32 --window-tokens 257 \
-          --prompt-tokens 48 --keys 2,15,27,final --worker \$w/2 --quiet &
+          --prompt-tokens 48 --keys 2,15,27,final --worker \$w/2 --quiet & W=\"\$W \$!\"
       done
-      wait -n && wait -n || exit 1
+      $(all_done W)
     done
     # one BLAS thread each side by side; two for the one left when the other head is done (the
     # EAGLE-3 step: 2.9-3.0 s with one thread alone, 1.7-1.9 s with two); a finished head is skipped
@@ -232,12 +240,13 @@ fi
 chat_answers() {
   echo "
       for t in 0 1; do
+        W=
         for w in 1 0; do
           minieagle distill --target $M --out-dir $S/$1-T\$t --source chat --temperature \$t \
             --seed $2 --shards 100 --shard-windows 64 --batch-size ${3:-32} --window-tokens 257 \
-            --prompt-tokens 48 --keys 2,15,27,final --worker \$w/2 --quiet &
+            --prompt-tokens 48 --keys 2,15,27,final --worker \$w/2 --quiet & W=\"\$W \$!\"
         done
-        wait -n && wait -n || exit 1
+        $(all_done W)
       done"
 }
 # request_answers NAME SEED SHARDS [FLAGS]: SmolLM2's own answers to the general requests that
@@ -270,10 +279,11 @@ passage_answers() {
 distill_workers() {
   case ${WORKERS:-2} in
     2) echo "
+      W=
       for w in 1 0; do
-        $1 --worker \$w/2 &
+        $1 --worker \$w/2 & W=\"\$W \$!\"
       done
-      wait -n && wait -n || exit 1" ;;
+      $(all_done W)" ;;
     1) echo "OPENBLAS_NUM_THREADS=1 $1 >>$2 2>&1 || exit 1" ;;
     *) echo "OPENBLAS_NUM_THREADS=1 $1 --worker $WORKERS >>$2 2>&1 || exit 1" ;;
   esac
@@ -411,10 +421,10 @@ head_decayed_longer() {
 #   groups have succeeded (two runs side by side, one per core).
 in_background() {
   echo "{ $(cat)
-      } &"
+      } & P=\"\$P \$!\""
 }
 both_done() {
-  echo "wait -n && wait -n || exit 1"
+  all_done P
 }
 # alone: the commands on stdin run with every distillation process paused (SIGSTOP; resumed
 #   however they end): a speed measurement on an otherwise quiet machine. The pattern names

@@ -301,6 +301,36 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
                 assert "--features" in command and "--planned-shards" in command
 
 
+@pytest.mark.parametrize("second", ["true", "sleep 0.3", "false"])
+def test_the_heads_at_scale_queue_waits_for_runs_already_done_and_stops_on_a_failure(second):
+    """Two runs side by side (`in_background` ... `both_done`, and `distill_workers`' two
+    processes): the queue goes on once both have succeeded, even when both ended before the
+    wait (each skipped as done: `wait -n` failed there and stopped the queue, 2026-12-05),
+    and stops when either failed."""
+    import re
+    import subprocess
+
+    raw = (BENCHMARKS / "heads_at_scale.sh").read_text()
+    functions = "".join(re.findall(r"^[a-z_]+\(\) \{\n.*?^\}\n", raw, flags=re.M | re.S))
+    writer = f"""{functions}
+        echo true | in_background
+        echo '{second}' | in_background
+        echo 'sleep 0.5'
+        both_done
+        echo 'echo side-by-side done'
+        distill_workers '{second}' /dev/null | sed 's/ --worker [^ ]*//'
+        echo 'echo workers done'"""  # the queue's text, as start_smollm2_run runs it
+    queue = subprocess.run(["bash", "-c", writer], check=True, capture_output=True,
+                           text=True).stdout  # fmt: skip
+    assert "wait -n" not in queue
+    run = subprocess.run(["bash", "-c", queue], capture_output=True, text=True, timeout=60)
+    if second == "false":
+        assert run.returncode == 1 and "done" not in run.stdout
+    else:
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.split() == ["side-by-side", "done", "workers", "done"]
+
+
 def test_the_tree_depth_script_measures_both_heads_at_each_depth(scripts, tmp_path):
     """benchmarks/tree_depth.py on the shipped heads, a tiny budget: one row per depth, τ of
     both heads per prompt set and kind, ratios that are the quotient of the two, every greedy
