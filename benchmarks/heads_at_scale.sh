@@ -233,21 +233,17 @@ fi
 
 # Steps 6-8 share two pieces, each the text of a background shell's commands:
 # chat_answers NAME SEED [BATCH]: 100 + 100 shards of SmolLM2's own chat answers, greedy and
-#   T = 1, into $S/NAME-T0 and $S/NAME-T1 (each seed its own requests and passages), two
-#   processes, one per core, each writing every other shard; BATCH sequences side by side
+#   T = 1, into $S/NAME-T0 and $S/NAME-T1 (each seed its own requests and passages), as
+#   `distill_workers` runs them (two processes by default); BATCH sequences side by side
 #   (default 32, what chat2 and chat3 were written with: a rebuild from the seed must match;
 #   64 wrote 8-13 % more tokens a second, measured 2026-12-04, docs/distill.md).
 chat_answers() {
-  echo "
-      for t in 0 1; do
-        W=
-        for w in 1 0; do
-          minieagle distill --target $M --out-dir $S/$1-T\$t --source chat --temperature \$t \
-            --seed $2 --shards 100 --shard-windows 64 --batch-size ${3:-32} --window-tokens 257 \
-            --prompt-tokens 48 --keys 2,15,27,final --worker \$w/2 --quiet & W=\"\$W \$!\"
-        done
-        $(all_done W)
-      done"
+  local t
+  for t in 0 1; do
+    distill_workers "minieagle distill --target $M --out-dir $S/$1-T$t --source chat \
+        --temperature $t --seed $2 --shards 100 --shard-windows 64 --batch-size ${3:-32} \
+        --window-tokens 257 --prompt-tokens 48 --keys 2,15,27,final --quiet" "$S/$1-T$t.log"
+  done
 }
 # request_answers NAME SEED SHARDS [FLAGS]: SmolLM2's own answers to the general requests that
 #   name no passage (data/requests.jsonl, `distill --source requests`; FLAGS e.g.
@@ -405,6 +401,25 @@ chat_tau() {
   echo "[ -f $S/chat-tau-$1.json ] || OPENBLAS_NUM_THREADS=1 python benchmarks/chat_tau.py \
         --model $M$flags ${BASELINE:+--baseline $BASELINE} ${TEMPS:+--temperatures $TEMPS} ${SCORES:+--scores $SCORES} \
         --out $S/chat-tau-$1.json --plot $S/chat-tau-$1.png >$S/chat-tau-$1.log 2>&1"
+}
+# request_round TAG START DATA SEED BATCH SHARDS BESIDE: steps 18 and 20's run and its ship
+#   decision. A head from START trained one pass over DATA (request batch BATCH's greedy pass
+#   beside SHARDS shards of 64 windows; peak 2e-3, the last 40 % decaying, two threads, also
+#   scored on the held-out requests) into $S/eagle3-TAG; calibrated; its τ at T = 0 and T = 1
+#   side by side (one core each), both beside the shipped head; then its chain of one beside
+#   the heads BESIDE ("LABEL=DIR ...") and the shipped one (cli_candidates).
+request_round() {
+  echo "R=\$(python -c \"from minieagle.data import request_records as r; print(-(-(len(r('train', $5)) + $6 * 64) // 4))\")"
+  VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS='$R' LR=2e-3 \
+    train_chat_head "$S/eagle3-$1" "$2" "$3" "--seed $4" '$((R * 2 / 5))' "$1"
+  THREADS=2 calibrate_head "$S/eagle3-$1" "$1"
+  local t
+  for t in 0 1; do
+    BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=$t \
+      chat_tau "$1-T$t$([ $t = 0 ] && echo c)" "$1=$S/eagle3-$1/final" | in_background
+  done
+  both_done
+  cli_candidates "$1" "$7 $1=$S/eagle3-$1/final"
 }
 # head_decayed_longer TAG DECAY DATA [FLAGS]: $S/eagle3-TAG's run with its schedule decaying over
 #   the last DECAY steps instead of 320, branched from the state it kept at 3,200 - DECAY (the
@@ -648,22 +663,10 @@ if [ "$MODE" = continue ]; then
       WORKERS=1 request_answers req2 6 20 "--request-batch 2"
       WORKERS=0/2 passage_answers 74; WORKERS=0/2 passage_answers 20 1; } | in_background
     both_done
-    echo 'R3=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r(\"train\", 2)) + 60 * 64) // 4))")'
-    VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS='$R3' LR=2e-3 train_chat_head "$S/eagle3-r3" "$S/eagle3-r2/final" "$S/req2-T0 $S/req2-T1@0:20 $S/chat3-T0@54:74 $S/chat3-T1@0:20" "--seed 8" '$((R3 * 2 / 5))' r3
-    THREADS=2 calibrate_head "$S/eagle3-r3" r3
-    BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=0 chat_tau r3-T0c "r3=$S/eagle3-r3/final" | in_background
-    BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r3-T1 "r3=$S/eagle3-r3/final" | in_background
-    both_done
-    cli_candidates r3 "r2=$S/eagle3-r2/final r3=$S/eagle3-r3/final"
+    request_round r3 "$S/eagle3-r2/final" "$S/req2-T0 $S/req2-T1@0:20 $S/chat3-T0@54:74 $S/chat3-T1@0:20" 8 2 60 "r2=$S/eagle3-r2/final"
     request_answers req3 7 20 "--request-batch 3"
     passage_answers 94; passage_answers 40 1
-    echo 'R4=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r(\"train\", 3)) + 60 * 64) // 4))")'
-    VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS='$R4' LR=2e-3 train_chat_head "$S/eagle3-r4" "$S/eagle3-r3/final" "$S/req3-T0 $S/req3-T1@0:20 $S/chat3-T0@74:94 $S/chat3-T1@20:40" "--seed 9" '$((R4 * 2 / 5))' r4
-    THREADS=2 calibrate_head "$S/eagle3-r4" r4
-    BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=0 chat_tau r4-T0c "r4=$S/eagle3-r4/final" | in_background
-    BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r4-T1 "r4=$S/eagle3-r4/final" | in_background
-    both_done
-    cli_candidates r4 "r3=$S/eagle3-r3/final r4=$S/eagle3-r4/final"
+    request_round r4 "$S/eagle3-r3/final" "$S/req3-T0 $S/req3-T1@0:20 $S/chat3-T0@74:94 $S/chat3-T1@20:40" 9 3 60 "r3=$S/eagle3-r3/final"
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r-T1 "r=$S/eagle3-r/final"
     chat_answers chat3 2; shipped_start n 6e04c1e
     THREADS=1 train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960

@@ -260,24 +260,27 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
     # the shell functions that write a run's commands: their text as each call writes it
     functions = re.findall(r"^[a-z_]+\(\) \{\n.*?^\}\n", raw, flags=re.M | re.S)
     assert len(functions) >= 2
-    lines = raw.splitlines(keepends=True)
-    code = "".join(line for line in lines if not line.lstrip().startswith("#"))
+    # the calls that build the queue, outside the functions (a writer's own calls of another
+    # writer run with its arguments, as its callers call it)
+    outside = raw
+    for function in functions:
+        outside = outside.replace(function, "")
+    code = "".join(line for line in outside.splitlines(keepends=True)
+                   if not line.lstrip().startswith("#"))  # fmt: skip
     writers = ("heldout_answers|chat_answers|head_from_shipped|head_decayed_longer|"
                "train_chat_head|measure_chat_head|cli_candidates|chat_tau|request_answers|"
-               "heldout_requests|passage_answers|calibrate_head")  # fmt: skip
+               "heldout_requests|passage_answers|calibrate_head|request_round")  # fmt: skip
     # with the environment a call sets for itself (THREADS=1, STEPS=800 TTT=7, ...)
     calls = re.findall(rf"(?<![\w$(])(?:[A-Z_]+=\S+ )*(?:{writers}) [^;|\n]*", code)
     assert len(calls) >= 5
     env = {**os.environ, "S": "/S", "M": "/M"}
     written = subprocess.run(["bash", "-c", "".join(functions) + "\n".join(calls)], check=True,
                              capture_output=True, text=True, env=env).stdout  # fmt: skip
-    for function in functions:
-        raw = raw.replace(function, "")
-    text = (raw + written).replace("\\\n", " ").replace("\\$", "$")
+    text = (outside + written).replace("\\\n", " ").replace("\\$", "$")
     text = re.sub(r"--temperature \$t", "--temperature 1", text)  # the loop's 0 and 1
     text = re.sub(r"--worker \$w/", "--worker 1/", text)  # the loop's workers 0 and 1
     text = re.sub(r"--split \$split", "--split ood", text)  # the loop's val and ood
-    text = re.sub(r"\$\(\(.*?\)\)|\$R\d+\b", "8", text)  # counts the queue sets as it runs
+    text = re.sub(r"\$\(\(.*?\)\)|\$R\d*\b", "8", text)  # counts the queue sets as it runs
     text = re.sub(r"\$\{?[A-Za-z_]+\}?", "X", text)
     commands = re.findall(r"minieagle (?:distill|train|calibrate) [^\n&|\">]*", text)  # to >
     assert len(commands) >= 4
