@@ -72,11 +72,11 @@ if [ "$MODE" = status ]; then
     [ -f "$log" ] || continue
     printf '%s: %s\n' "$(basename "$log")" "$(tail -c 300 "$log" | tr '\r' '\n' | tail -n 1)"
   done
-  for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1 "$S"/chat2-T0 "$S"/chat2-T1 "$S"/chat3-T0 "$S"/chat3-T1 "$S"/chat4-T0 "$S"/chat4-T1 "$S"/heldout-val-T0 "$S"/heldout-ood-T0 "$S"/heldout-val-T1 "$S"/heldout-ood-T1 "$S"/heldout-req-T0 "$S"/heldout-req-T1 "$S"/req-T0 "$S"/req-T1 "$S"/req2-T0 "$S"/req2-T1 "$S"/req3-T0 "$S"/req3-T1; do
+  for run in "$T"/corpus "$T"/self-T1 "$S"/chat-T0 "$S"/chat-T1 "$S"/chat2-T0 "$S"/chat2-T1 "$S"/chat3-T0 "$S"/chat3-T1 "$S"/chat4-T0 "$S"/chat4-T1 "$S"/heldout-val-T0 "$S"/heldout-ood-T0 "$S"/heldout-val-T1 "$S"/heldout-ood-T1 "$S"/heldout-req-T0 "$S"/heldout-req-T1 "$S"/req-T0 "$S"/req-T1 "$S"/req2-T0 "$S"/req2-T1 "$S"/req3-T0 "$S"/req3-T1 "$S"/req4-T0 "$S"/req4-T1; do
     [ -d "$run" ] && echo "$run: $(ls -d "$run"/shard-?????  2>/dev/null | wc -l) shards" \
       "($(find "$run" -maxdepth 1 -name 'shard-?????' -mmin -30 | wc -l) in the last 30 minutes)"
   done
-  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$S"/eagle3-n "$S"/eagle3-n-d960 "$S"/eagle3-n-d960-ans "$S"/eagle3-n-d1600 "$S"/pilot-t7 "$S"/eagle3-r "$S"/eagle3-r2 "$S"/eagle3-r2v "$S"/eagle3-r3 "$S"/eagle3-r4 "$S"/eagle3-n-t7 "$S"/eagle3-m "$S"/eagle3-m-t7 "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
+  for run in "$S"/eagle3 "$S"/eagle1 "$S"/eagle3-2p "$S"/eagle3-c "$S"/eagle3-w "$S"/eagle3-n "$S"/eagle3-n-d960 "$S"/eagle3-n-d960-ans "$S"/eagle3-n-d1600 "$S"/pilot-t7 "$S"/eagle3-r "$S"/eagle3-r2 "$S"/eagle3-r2v "$S"/eagle3-r3 "$S"/eagle3-r4 "$S"/eagle3-u "$S"/eagle3-n-t7 "$S"/eagle3-m "$S"/eagle3-m-t7 "$T"/scaling-wide/eagle3-2x "$T"/scaling-base/eagle3-2x; do
     [ -f "$run/state/state.json" ] && echo "$run: $(python -c "
 import json, sys
 state = json.load(open(sys.argv[1]))
@@ -402,14 +402,14 @@ chat_tau() {
         --model $M$flags ${BASELINE:+--baseline $BASELINE} ${TEMPS:+--temperatures $TEMPS} ${SCORES:+--scores $SCORES} \
         --out $S/chat-tau-$1.json --plot $S/chat-tau-$1.png >$S/chat-tau-$1.log 2>&1"
 }
-# request_round TAG START DATA SEED BATCH SHARDS BESIDE: steps 18 and 20's run and its ship
-#   decision. A head from START trained one pass over DATA (request batch BATCH's greedy pass
-#   beside SHARDS shards of 64 windows; peak 2e-3, the last 40 % decaying, two threads, also
-#   scored on the held-out requests) into $S/eagle3-TAG; calibrated; its τ at T = 0 and T = 1
-#   side by side (one core each), both beside the shipped head; then its chain of one beside
-#   the heads BESIDE ("LABEL=DIR ...") and the shipped one (cli_candidates).
-request_round() {
-  echo "R=\$(python -c \"from minieagle.data import request_records as r; print(-(-(len(r('train', $5)) + $6 * 64) // 4))\")"
+# head_round TAG START DATA SEED BESIDE: steps 18, 20 and 22's run and its ship decision. A
+#   head from START trained one pass over DATA (its windows counted when the run starts, in one
+#   shuffled order; peak 2e-3, the last 40 % decaying, two threads, also scored on the held-out
+#   requests) into $S/eagle3-TAG; calibrated; its τ at T = 0 and T = 1 side by side (one core
+#   each), both beside the shipped head; then its chain of one beside the heads BESIDE
+#   ("LABEL=DIR ...") and the shipped one (cli_candidates).
+head_round() {
+  echo "R=\$(python -c \"from minieagle.distill import open_shards; print(-(-sum(map(len, open_shards('$3'.split()))) // 4))\")"
   VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS='$R' LR=2e-3 \
     train_chat_head "$S/eagle3-$1" "$2" "$3" "--seed $4" '$((R * 2 / 5))' "$1"
   THREADS=2 calibrate_head "$S/eagle3-$1" "$1"
@@ -419,7 +419,7 @@ request_round() {
       chat_tau "$1-T$t$([ $t = 0 ] && echo c)" "$1=$S/eagle3-$1/final" | in_background
   done
   both_done
-  cli_candidates "$1" "$7 $1=$S/eagle3-$1/final"
+  cli_candidates "$1" "$5 $1=$S/eagle3-$1/final"
 }
 # head_decayed_longer TAG DECAY DATA [FLAGS]: $S/eagle3-TAG's run with its schedule decaying over
 #   the last DECAY steps instead of 320, branched from the state it kept at 3,200 - DECAY (the
@@ -641,6 +641,17 @@ fi
 #    its chain of one at the shipped head's speed. Not shipped. Each kind's τ followed its
 #    share of the latest run's data, so step 20 keeps step 18's mix rather than drop the greedy
 #    passage answers.
+# 21. The data of the next run: SmolLM2's answers to a fourth batch of 1,000 general requests
+#    (data/requests-4.jsonl, written 2026-12-05 afternoon: the same 20 categories, topics no
+#    earlier batch takes), one greedy pass and 20 shards at T = 1 (seed 8), two processes.
+# 22. One pass over the union. Steps 15 to 20 each trained on the newest answers alone, and
+#    each kind of request's τ followed its share of that run's data (passages up at step 16,
+#    questions up and passages down at step 18), so the heads trade one kind for another.
+#    Step 20's head (which has read every answer before it once, in four runs) trained one
+#    more pass over all of them at once, shuffled together: every request batch's greedy pass
+#    and 20 sampled shards (40 of the first batch's), chat3's 94 greedy and 40 sampled passage
+#    shards (about 18,500 windows, 4,600 steps of 4 x 256, about two hours alone at two
+#    threads), step 18's schedule, seed 10, into $S/eagle3-u; measured as steps 18 and 20.
 if [ "$MODE" = continue ]; then
   # one pass over step 15's data: the greedy pass over the training requests and 56 shards of 64
   R_STEPS=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r('train')) + 56 * 64) // 4))")
@@ -663,10 +674,12 @@ if [ "$MODE" = continue ]; then
       WORKERS=1 request_answers req2 6 20 "--request-batch 2"
       WORKERS=0/2 passage_answers 74; WORKERS=0/2 passage_answers 20 1; } | in_background
     both_done
-    request_round r3 "$S/eagle3-r2/final" "$S/req2-T0 $S/req2-T1@0:20 $S/chat3-T0@54:74 $S/chat3-T1@0:20" 8 2 60 "r2=$S/eagle3-r2/final"
+    head_round r3 "$S/eagle3-r2/final" "$S/req2-T0 $S/req2-T1@0:20 $S/chat3-T0@54:74 $S/chat3-T1@0:20" 8 "r2=$S/eagle3-r2/final"
     request_answers req3 7 20 "--request-batch 3"
     passage_answers 94; passage_answers 40 1
-    request_round r4 "$S/eagle3-r3/final" "$S/req3-T0 $S/req3-T1@0:20 $S/chat3-T0@74:94 $S/chat3-T1@20:40" 9 3 60 "r3=$S/eagle3-r3/final"
+    head_round r4 "$S/eagle3-r3/final" "$S/req3-T0 $S/req3-T1@0:20 $S/chat3-T0@74:94 $S/chat3-T1@20:40" 9 "r3=$S/eagle3-r3/final"
+    request_answers req4 8 20 "--request-batch 4"
+    head_round u "$S/eagle3-r4/final" "$S/req-T0 $S/req-T1@0:40 $S/req2-T0 $S/req2-T1@0:20 $S/req3-T0 $S/req3-T1@0:20 $S/req4-T0 $S/req4-T1@0:20 $S/chat3-T0@0:94 $S/chat3-T1@0:40" 10 "r4=$S/eagle3-r4/final"
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r-T1 "r=$S/eagle3-r/final"
     chat_answers chat3 2; shipped_start n 6e04c1e
     THREADS=1 train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960

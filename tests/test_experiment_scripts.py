@@ -269,7 +269,7 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
                    if not line.lstrip().startswith("#"))  # fmt: skip
     writers = ("heldout_answers|chat_answers|head_from_shipped|head_decayed_longer|"
                "train_chat_head|measure_chat_head|cli_candidates|chat_tau|request_answers|"
-               "heldout_requests|passage_answers|calibrate_head|request_round")  # fmt: skip
+               "heldout_requests|passage_answers|calibrate_head|head_round")  # fmt: skip
     # with the environment a call sets for itself (THREADS=1, STEPS=800 TTT=7, ...)
     calls = re.findall(rf"(?<![\w$(])(?:[A-Z_]+=\S+ )*(?:{writers}) [^;|\n]*", code)
     assert len(calls) >= 5

@@ -82,8 +82,9 @@ def add_parser(sub) -> None:
         type=int,
         choices=tuple(REQUEST_FILES),
         default=1,
-        help="requests: which file of general requests, 1 (data/requests.jsonl), 2 "
-        "(data/requests-2.jsonl) or 3 (data/requests-3.jsonl), 1,000 each (1)",
+        help="requests: which file of general requests, "
+        + ", ".join(f"{n} (data/{path.name})" for n, path in REQUEST_FILES.items())
+        + ", 1,000 each (1)",
     )
     p.add_argument(
         "--shards",

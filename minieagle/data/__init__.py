@@ -93,6 +93,7 @@ REQUEST_FILES = {
     1: REQUESTS_FILE,
     2: _DATA_DIR / "requests-2.jsonl",
     3: _DATA_DIR / "requests-3.jsonl",
+    4: _DATA_DIR / "requests-4.jsonl",
 }
 
 
