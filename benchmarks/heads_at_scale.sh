@@ -402,7 +402,7 @@ chat_tau() {
         --model $M$flags ${BASELINE:+--baseline $BASELINE} ${TEMPS:+--temperatures $TEMPS} ${SCORES:+--scores $SCORES} \
         --out $S/chat-tau-$1.json --plot $S/chat-tau-$1.png >$S/chat-tau-$1.log 2>&1"
 }
-# head_round TAG START DATA SEED BESIDE: steps 18, 20 and 22's run and its ship decision. A
+# head_round TAG START DATA SEED BESIDE: steps 18 and 22's run and its ship decision. A
 #   head from START trained one pass over DATA (its windows counted when the run starts, in one
 #   shuffled order; peak 2e-3, the last 40 % decaying, two threads, also scored on the held-out
 #   requests) into $S/eagle3-TAG; calibrated; its τ at T = 0 and T = 1 side by side (one core
@@ -640,18 +640,20 @@ fi
 #    +0.16 / +0.13 over step 16's, +0.10 / -0.12 over the shipped head (intervals across zero);
 #    its chain of one at the shipped head's speed. Not shipped. Each kind's τ followed its
 #    share of the latest run's data, so step 20 keeps step 18's mix rather than drop the greedy
-#    passage answers.
+#    passage answers. Dropped before it started (2026-12-05, afternoon): three runs traded one
+#    kind for another, a fourth in the same way would likely trade again, and its data go into
+#    step 22's pass instead, which tests the other way, an hour and a half sooner.
 # 21. The data of the next run: SmolLM2's answers to a fourth batch of 1,000 general requests
 #    (data/requests-4.jsonl, written 2026-12-05 afternoon: the same 20 categories, topics no
 #    earlier batch takes), one greedy pass and 20 shards at T = 1 (seed 8), two processes.
 # 22. One pass over the union. Steps 15 to 20 each trained on the newest answers alone, and
 #    each kind of request's τ followed its share of that run's data (passages up at step 16,
 #    questions up and passages down at step 18), so the heads trade one kind for another.
-#    Step 20's head (which has read every answer before it once, in four runs) trained one
-#    more pass over all of them at once, shuffled together: every request batch's greedy pass
-#    and 20 sampled shards (40 of the first batch's), chat3's 94 greedy and 40 sampled passage
-#    shards (about 18,500 windows, 4,600 steps of 4 x 256, about two hours alone at two
-#    threads), step 18's schedule, seed 10, into $S/eagle3-u; measured as steps 18 and 20.
+#    Step 18's head (which has read the answers of steps 15, 16 and 18 once, in three runs)
+#    trained one pass over every answer at once, shuffled together: every request batch's
+#    greedy pass and 20 sampled shards (40 of the first batch's), chat3's 94 greedy and 40
+#    sampled passage shards (about 18,500 windows, 4,600 steps of 4 x 256, about two hours
+#    alone at two threads), step 18's schedule, seed 10, into $S/eagle3-u; measured as step 18.
 if [ "$MODE" = continue ]; then
   # one pass over step 15's data: the greedy pass over the training requests and 56 shards of 64
   R_STEPS=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r('train')) + 56 * 64) // 4))")
@@ -677,9 +679,8 @@ if [ "$MODE" = continue ]; then
     head_round r3 "$S/eagle3-r2/final" "$S/req2-T0 $S/req2-T1@0:20 $S/chat3-T0@54:74 $S/chat3-T1@0:20" 8 "r2=$S/eagle3-r2/final"
     request_answers req3 7 20 "--request-batch 3"
     passage_answers 94; passage_answers 40 1
-    head_round r4 "$S/eagle3-r3/final" "$S/req3-T0 $S/req3-T1@0:20 $S/chat3-T0@74:94 $S/chat3-T1@20:40" 9 "r3=$S/eagle3-r3/final"
     request_answers req4 8 20 "--request-batch 4"
-    head_round u "$S/eagle3-r4/final" "$S/req-T0 $S/req-T1@0:40 $S/req2-T0 $S/req2-T1@0:20 $S/req3-T0 $S/req3-T1@0:20 $S/req4-T0 $S/req4-T1@0:20 $S/chat3-T0@0:94 $S/chat3-T1@0:40" 10 "r4=$S/eagle3-r4/final"
+    head_round u "$S/eagle3-r3/final" "$S/req-T0 $S/req-T1@0:40 $S/req2-T0 $S/req2-T1@0:20 $S/req3-T0 $S/req3-T1@0:20 $S/req4-T0 $S/req4-T1@0:20 $S/chat3-T0@0:94 $S/chat3-T1@0:40" 10 "r3=$S/eagle3-r3/final"
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r-T1 "r=$S/eagle3-r/final"
     chat_answers chat3 2; shipped_start n 6e04c1e
     THREADS=1 train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960
