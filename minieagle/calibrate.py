@@ -108,13 +108,15 @@ def calibrate_head(
     fit_tokens: int = 64,
     val_tokens: int = 48,
     temperatures=TEMPERATURES,
+    sizes=None,
     command: str = "",
     log=None,
 ) -> HeadCalibration:
     """Fit and judge the maps of the head in `head_dir` for `method` ("eagle2": an EAGLE-1
     head; "eagle3") on `target` (prepared or params, its `config`, `tokenizer`), at the
-    method's default tree sizes (`drafters.eagle2.EAGLE2_DEFAULTS` / `EAGLE3_DEFAULTS`).
-    fit_prompts / val_prompts: per corpus (prose, code), of the train / val split; fit_tokens,
+    method's default tree sizes (`drafters.eagle2.EAGLE2_DEFAULTS` / `EAGLE3_DEFAULTS`), or
+    the tree decoding will use: `sizes` {"depth", "top_k", "total_tokens"}, any of them
+    replacing the default's (a map ranks the nodes a tree of that size drafts). fit_prompts / val_prompts: per corpus (prose, code), of the train / val split; fit_tokens,
     val_tokens: new tokens per prompt. temperatures: the grid a top-k tree's temperature scores
     are fitted over (empty: the isotonic maps only). log: a callable receiving one line per
     step."""
@@ -126,7 +128,12 @@ def calibrate_head(
                                 "scores; pass eagle2 (an EAGLE-1 head) or eagle3")  # fmt: skip
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     head = load_draft_head(method, head_dir, (target, config), target_dir=target_dir)
-    sizes = EAGLE2_DEFAULTS if method == "eagle2" else EAGLE3_DEFAULTS
+    defaults = EAGLE2_DEFAULTS if method == "eagle2" else EAGLE3_DEFAULTS
+    unknown = set(sizes or {}) - set(defaults)
+    if unknown:
+        raise InvalidInputError(f"sizes={sizes!r}: {sorted(unknown)} are not tree sizes; pass "
+                                f"only {sorted(defaults)}")  # fmt: skip
+    sizes = {**defaults, **{k: v for k, v in (sizes or {}).items() if v is not None}}
     fingerprint = target_fingerprint(head_dir)
     train = tuning_prompts(tokenizer, "train", fit_prompts)
     val = tuning_prompts(tokenizer, "val", val_prompts)

@@ -446,6 +446,38 @@ def test_calibrate_ships_maps_that_decoding_uses_by_default(tmp_path, capsys):
     assert "raw scores" in capsys.readouterr().err
 
 
+def test_calibrate_fits_the_maps_on_the_tree_it_is_given(tmp_path, capsys, monkeypatch):
+    """--depth / --tree-top-k / --total-tokens: the maps are fitted and judged on that tree
+    (every drafter calibrate builds has those sizes), the file and its command record it; a
+    tree that cannot hold its top-k is refused naming both values."""
+    import minieagle.drafters.eagle2 as eagle2
+    from minieagle.calibration import load_head_calibration
+
+    built = []
+    real = eagle2.Eagle2Drafter.__init__
+
+    def spy(self, *args, **kwargs):
+        built.append((kwargs["depth"], kwargs["top_k"], kwargs["total_tokens"]))
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(eagle2.Eagle2Drafter, "__init__", spy)
+    head = _copy_head(PRETRAINED / "small-eagle1", tmp_path / "head")
+    tiny = ["--fit-prompts", "1", "--val-prompts", "1", "--fit-tokens", "4", "--val-tokens", "4",
+            "--temperatures", "none"]  # fmt: skip
+    tree = ["--depth", "2", "--tree-top-k", "3", "--total-tokens", "7"]
+    assert main(["calibrate", "--head", str(head), *tiny, *tree]) == 0
+    maps = load_head_calibration(capsys.readouterr().out.strip())
+    assert maps.provenance["tree"] == {"depth": 2, "top_k": 3, "total_tokens": 7}
+    assert maps.provenance["command"].endswith(" ".join(tree))
+    assert built and set(built) == {(2, 3, 7)}
+    built.clear()
+    assert main(["calibrate", "--head", str(head), *tiny, "--total-tokens", "12"]) == 0
+    assert set(built) == {(5, 8, 12)}  # the others stay the method's defaults
+    assert main(["calibrate", "--head", str(head), *tiny, "--tree-top-k", "9",
+                 "--total-tokens", "6"]) == 2  # fmt: skip
+    assert "top_k=9 exceeds total_tokens - 1 = 5" in capsys.readouterr().err
+
+
 def test_a_corrupt_shipped_map_is_one_error_naming_the_file(tmp_path, capsys):
     head = _copy_head(PRETRAINED / "small-eagle1", tmp_path / "head")
     (head / "calibration.json").write_text('{"format": "minieagle-head-calibration", "version": 1}')

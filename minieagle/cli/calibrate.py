@@ -35,11 +35,15 @@ def cmd_calibrate(args) -> int:
     target, config, tokenizer = load_target(args.model)
     model = [] if args.model == str(DEFAULT_MODEL) else ["--model", args.model]
     grid = ",".join(f"{t:g}" for t in args.temperatures) or "none"
+    sizes = {"depth": args.depth, "top_k": args.tree_top_k, "total_tokens": args.total_tokens}
+    tree = [x for flag, key in (("--depth", "depth"), ("--tree-top-k", "top_k"),
+                                ("--total-tokens", "total_tokens")) if sizes[key] is not None
+            for x in (flag, str(sizes[key]))]  # fmt: skip
     command = shlex.join(
         ["minieagle", "calibrate", "--head", args.head or head_dir.name, *model, "--method",
          method, "--fit-prompts", str(args.fit_prompts), "--val-prompts", str(args.val_prompts),
          "--fit-tokens", str(args.fit_tokens), "--val-tokens", str(args.val_tokens),
-         *(["--temperatures", grid] if args.temperatures != TEMPERATURES else [])]
+         *(["--temperatures", grid] if args.temperatures != TEMPERATURES else []), *tree]
     )  # fmt: skip
     fitted = calibrate_head(
         target,
@@ -53,6 +57,7 @@ def cmd_calibrate(args) -> int:
         fit_tokens=args.fit_tokens,
         val_tokens=args.val_tokens,
         temperatures=args.temperatures,
+        sizes=sizes,
         command=command,
     )
     save_head_calibration(fitted, out)
@@ -106,6 +111,26 @@ def add_parser(sub) -> None:
         help="the temperatures a top-k tree's scores are fitted over, comma-separated (default "
         f"{','.join(f'{t:g}' for t in TEMPERATURES)}; each one decodes the training prompts "
         "once more per setting); none: the isotonic maps only",
+    )
+    p.add_argument(
+        "--depth",
+        type=integer(1, "a depth such as 7"),
+        help="the tree the maps are fitted and judged on: expansion steps (default: the "
+        "method's, 5 for eagle2, 7 for eagle3)",
+    )
+    p.add_argument(
+        "--tree-top-k",
+        dest="tree_top_k",
+        type=integer(1, "a branching such as 10"),
+        help="the same tree's candidates expanded per level and children each (default 8)",
+    )
+    p.add_argument(
+        "--total-tokens",
+        dest="total_tokens",
+        type=integer(2, "a tree size such as 60"),
+        help="the same tree's nodes verified per cycle, the root included (default 26): fit "
+        "the maps on the tree decoding will use, e.g. the EAGLE-3 paper's 60 nodes with "
+        "--tree-top-k 10",
     )
     p.set_defaults(func=cmd_calibrate, method=None)
 
