@@ -1057,6 +1057,50 @@ for t in (0, 1):
 # its chain of one runs at the shipped head's speed), and τ at T = 0 still 0.09 short of 3.0.
 
 # %% [markdown]
+# Head after head, the same picture reads as a trade. Each kind's τ on the paper's 60-node tree,
+# from the shipped head through the runs that followed it (each run's own results file; step 15
+# measured at T = 0 only):
+
+# %%
+HEADS = {  # setting -> [(head, results file, its label there)], in the order they were trained
+    "T=0": [("shipped", "smollm2-chat-tau.json", "shipped"),
+            ("step 15", "smollm2-chat-tau-requests-T0.json", "r"),
+            ("step 16", "smollm2-chat-tau-r2-T0c.json", "r2"),
+            ("step 18", "smollm2-chat-tau-r3-T0c.json", "r3")],
+    "T=1": [("shipped", "smollm2-chat-tau.json", "shipped"),
+            ("step 16", "smollm2-chat-tau-r2-T1.json", "r2"),
+            ("step 18", "smollm2-chat-tau-r3-T1.json", "r3")],
+}  # fmt: skip
+fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.4))
+for ax, (setting, heads) in zip(axes, HEADS.items(), strict=True):
+    rows = [json.loads((results_dir / file).read_text())[setting][f"{label} eagle3 60:7:10"]["tau"]
+            for _, file, label in heads]  # fmt: skip
+    for kind in [*kinds, "all"]:
+        ax.plot(range(len(heads)), [row[kind]["tau"] for row in rows], marker="o",
+                lw=2.5 if kind == "all" else 1.2, color="k" if kind == "all" else None,
+                label="all 36" if kind == "all" else kind)  # fmt: skip
+    print(setting, "  ".join(f"{name}: {row['all']['tau']:.2f}"
+                             for (name, _, _), row in zip(heads, rows, strict=True)))  # fmt: skip
+    ax.set_xticks(range(len(heads)), [name for name, _, _ in heads], fontsize=8)
+    ax.set_ylabel(f"τ, {setting.replace('=', ' = ')}, 60 nodes")
+    ax.legend(fontsize=7)
+axes[0].axhline(3.0, color="grey", ls="--", lw=1)
+plt.tight_layout()
+plt.show()
+t0 = HEADS["T=0"]
+questions = [json.loads((results_dir / f).read_text())["T=0"][f"{label} eagle3 60:7:10"]["tau"]
+             ["questions"]["tau"] for _, f, label in t0]  # fmt: skip
+assert questions[-1] > questions[0] + 0.2  # the questions rose with the request answers
+
+# %% [markdown]
+# At T = 0 the questions rose with each new batch of request answers (steps 15 and 18: 2.58,
+# 2.72, 2.83) while the passage requests went up and down with their share of each run's data,
+# and all 36 together barely moved after step 16; at T = 1 no run has yet caught the shipped
+# head, whose data held more sampled passage answers. Each run trained on the newest answers alone; the next one
+# (step 22 of `benchmarks/heads_at_scale.sh`) reads every answer at once, shuffled together, to
+# tell a trade made by the data's order from one made by the head's capacity.
+
+# %% [markdown]
 # ## 9. Tokens a head can never draft
 #
 # Part of that gap is not the head. An EAGLE-3 head drafts from its reduced vocabulary, and the
