@@ -116,7 +116,8 @@ def calibrate_head(
     head; "eagle3") on `target` (prepared or params, its `config`, `tokenizer`), at the
     method's default tree sizes (`drafters.eagle2.EAGLE2_DEFAULTS` / `EAGLE3_DEFAULTS`), or
     the tree decoding will use: `sizes` {"depth", "top_k", "total_tokens"}, any of them
-    replacing the default's (a map ranks the nodes a tree of that size drafts). fit_prompts / val_prompts: per corpus (prose, code), of the train / val split; fit_tokens,
+    replacing the default's (a map ranks the nodes a tree of that size drafts).
+    fit_prompts / val_prompts: per corpus (prose, code), of the train / val split; fit_tokens,
     val_tokens: new tokens per prompt. temperatures: the grid a top-k tree's temperature scores
     are fitted over (empty: the isotonic maps only). log: a callable receiving one line per
     step."""
