@@ -7,11 +7,11 @@ with by default, T = 0 (top-k tree), T = 1 (top-k tree) and T = 1 with the sampl
 
 1. Fit: decode TRAINING prompts (`calibration.tuning_prompts`: windows of the corpora's
    train split, or for a target with a chat template requests about them rendered with it)
-   with the raw drafter at the method's default sizes, keep its (confidence, accepted)
-   records, fit the isotonic map (`calibration.fit_calibration`). For a top-k tree (T = 0,
-   T = 1) also decode them with temperature-scaled scores (`calibration.TemperatureScores`) at
-   each temperature of `TEMPERATURES` and keep the one of the highest τ (ties: the higher
-   temperature, the nearer raw scores).
+   with the raw drafter at the method's default sizes (or the tree `sizes` gives), keep its
+   (confidence, accepted) records, fit the isotonic map (`calibration.fit_calibration`). For
+   a top-k tree (T = 0, T = 1) also decode them with temperature-scaled scores
+   (`calibration.TemperatureScores`) at each temperature of `TEMPERATURES` and keep the one
+   of the highest τ (ties: the higher temperature, the nearer raw scores).
 2. Decide: decode VALIDATION prompts (the same, from the val split; never the test split τ is
    reported on) with the raw drafter and with each candidate, same prompts and seeds. A
    candidate helps where its pooled τ is higher than raw's and more prompts gain than lose (a
