@@ -334,6 +334,34 @@ def test_the_heads_at_scale_queue_waits_for_runs_already_done_and_stops_on_a_fai
         assert run.stdout.split() == ["side-by-side", "done", "workers", "done"]
 
 
+def test_a_head_round_trains_one_pass_over_the_windows_it_names(tmp_path):
+    """`head_round`'s run counts its steps from the shards its data name, when it starts: one
+    pass at 4 windows a step over every entry, a whole run or a span of its shards."""
+    import re
+    import subprocess
+    import sys
+
+    from minieagle.distill import DistillConfig, run_distill
+
+    small = BENCHMARKS.parent / "minieagle" / "pretrained" / "small"
+    run_distill(DistillConfig(target=str(small), out_dir=str(tmp_path / "a"), shards=3,
+                              shard_windows=6, window_tokens=17, prompt_tokens=4,
+                              keys=("final",), batch_size=4, max_train_chars=20_000),
+                progress=False)  # fmt: skip
+    raw = (BENCHMARKS / "heads_at_scale.sh").read_text()
+    functions = "".join(re.findall(r"^[a-z_]+\(\) \{\n.*?^\}\n", raw, flags=re.M | re.S))
+    env = {**os.environ, "S": str(tmp_path), "M": "/M",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
+    for data, steps in ((f"{tmp_path}/a", 5), (f"{tmp_path}/a {tmp_path}/a@1:3", 8)):  # 18, 30
+        queue = subprocess.run(["bash", "-c", f'{functions}\nhead_round u /start "{data}" 1 ""'],
+                               check=True, capture_output=True, text=True, env=env).stdout
+        count = queue.splitlines()[0] + '\necho "$R"'  # the line that counts, run as the queue
+        run = subprocess.run(["bash", "-c", count], capture_output=True, text=True, env=env)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.split() == [str(steps)]
+        assert "--steps $R " in queue.replace("\\\n", " ") and "--features " + data in queue
+
+
 def test_the_tree_depth_script_measures_both_heads_at_each_depth(scripts, tmp_path):
     """benchmarks/tree_depth.py on the shipped heads, a tiny budget: one row per depth, τ of
     both heads per prompt set and kind, ratios that are the quotient of the two, every greedy
