@@ -650,7 +650,8 @@ fi
 #    each kind of request's τ followed its share of that run's data (passages up at step 16,
 #    questions up and passages down at step 18), so the heads trade one kind for another.
 #    Step 18's head (which has read the answers of steps 15, 16 and 18 once, in three runs)
-#    trained one pass over every answer at once, shuffled together: every request batch's
+#    trained one pass over all the answers of steps 15 to 21 at once, shuffled together (those
+#    the shipped head trained on were lost with the cache): every request batch's
 #    greedy pass and 20 sampled shards (40 of the first batch's), chat3's 94 greedy and 40
 #    sampled passage shards (about 18,500 windows, 4,600 steps of 4 x 256, about two hours
 #    alone at two threads), step 18's schedule, seed 10, into $S/eagle3-u; measured as step 18.

@@ -1097,8 +1097,8 @@ assert questions[-1] > questions[0] + 0.2  # the questions rose with the request
 # 2.72, 2.83) while the passage requests went up and down with their share of each run's data,
 # and all 36 together barely moved after step 16; at T = 1 no run has yet caught the shipped
 # head, whose last data were half sampled passage answers. Each run trained on the newest
-# answers alone; the next one (step 22 of `benchmarks/heads_at_scale.sh`) reads every answer
-# at once, shuffled together, to tell a trade made by the data's order from one made by the
+# answers alone; the next one (step 22 of `benchmarks/heads_at_scale.sh`) reads all of
+# them at once, shuffled together, to tell a trade made by the data's order from one made by the
 # head's capacity.
 
 # %% [markdown]
