@@ -36,9 +36,11 @@ def cmd_calibrate(args) -> int:
     model = [] if args.model == str(DEFAULT_MODEL) else ["--model", args.model]
     grid = ",".join(f"{t:g}" for t in args.temperatures) or "none"
     sizes = {"depth": args.depth, "top_k": args.tree_top_k, "total_tokens": args.total_tokens}
-    tree = [x for flag, key in (("--depth", "depth"), ("--tree-top-k", "top_k"),
-                                ("--total-tokens", "total_tokens")) if sizes[key] is not None
-            for x in (flag, str(sizes[key]))]  # fmt: skip
+    tree = []  # the tree flags given, for the command the file records
+    for flag, key in (("--depth", "depth"), ("--tree-top-k", "top_k"),
+                      ("--total-tokens", "total_tokens")):  # fmt: skip
+        if sizes[key] is not None:
+            tree += [flag, str(sizes[key])]
     command = shlex.join(
         ["minieagle", "calibrate", "--head", args.head or head_dir.name, *model, "--method",
          method, "--fit-prompts", str(args.fit_prompts), "--val-prompts", str(args.val_prompts),
