@@ -76,7 +76,7 @@ def drafters(target, e1: str = "small-eagle1", e3: str = "small-eagle3") -> dict
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts-per-kind", type=int, default=12)
     parser.add_argument("--seeds", type=int, default=4,
                         help="windows cut with seeds 0..N-1: N x prompts-per-kind per kind")

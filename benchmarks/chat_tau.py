@@ -346,7 +346,7 @@ def pair_runs(first_spec: str, second_spec: str) -> dict:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="checkpoint directory (default: SmolLM2 from the cache)")
     parser.add_argument("--template", help="a chat template file (default: the model's own)")
     parser.add_argument("--eagle3", action="append", metavar="LABEL=DIR", help="an EAGLE-3 head")

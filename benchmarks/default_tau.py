@@ -53,7 +53,7 @@ def methods(target) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts-per-kind", type=int, default=10)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--out", help="write the results as JSON here")

@@ -74,7 +74,7 @@ def coverage(vocab: eagle3.DraftVocab, tokens: list) -> tuple[float, float]:
 
 
 def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="the target's checkpoint directory")
     p.add_argument("--head", action="append", required=True, metavar="LABEL=DIR",
                    help="an EAGLE-3 head (repeatable)")  # fmt: skip

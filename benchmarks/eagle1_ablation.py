@@ -24,7 +24,7 @@ from minieagle.heads.eagle1 import load_head
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
     parser.add_argument("--heads", nargs="+", required=True, help="LABEL=DIR pairs")
     parser.add_argument("--depth", type=int, default=5, help="chain depth")

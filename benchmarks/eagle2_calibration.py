@@ -332,7 +332,7 @@ def _summary(calibration) -> dict:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="target checkpoint")
     parser.add_argument(
         "--method",

@@ -216,7 +216,7 @@ def format_report(results: dict) -> str:
 
 
 def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="target checkpoint")
     parser.add_argument(
         "--method",

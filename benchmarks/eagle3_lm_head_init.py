@@ -41,7 +41,7 @@ def _point_config(scaling: dict, point: dict, out: Path) -> EagleTrainConfig:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scaling", default="docs/results/eagle3-scaling-corpus.json")
     parser.add_argument("--points", nargs="+", default=["1/8", "1/4"], help="e.g. 1/8 1/4")
     parser.add_argument("--out", default="runs/lminit")

@@ -80,7 +80,7 @@ class _Recorder:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="checkpoint directory (default: SmolLM2 from the cache)")
     parser.add_argument("--head", default="smollm2-eagle3", help="an EAGLE-3 head (dir or name)")
     parser.add_argument("--method", default="eagle3", choices=["eagle2", "eagle3"])

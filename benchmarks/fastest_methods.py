@@ -104,7 +104,7 @@ def build(entries, gpu_entries=()) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--entry", nargs=3, action="append", required=True,
                         metavar=("NAME", "MODEL_DIR", "RESULTS"))  # fmt: skip
     parser.add_argument("--gpu-entry", nargs=3, action="append", default=[],

@@ -52,7 +52,7 @@ def parse_heads(items: list[str]) -> dict[str, str]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=str(DEFAULT_MODEL), help="the heads' target")
     parser.add_argument("--eagle3", nargs="+", required=True, metavar="LABEL=DIR",
                         help="EAGLE-3 heads to compare (directories or shipped names)")

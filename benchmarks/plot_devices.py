@@ -90,7 +90,7 @@ def plot(runs: dict[str, dict], out: Path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", action="append", required=True, metavar="LABEL=FILE",
                         help="a methods results file and its legend label; give two or more")
     parser.add_argument("--out", required=True, help="the PNG to write")  # fmt: skip

@@ -30,7 +30,7 @@ FIXTURE = Path(__file__).parents[1] / "tests" / "fixtures" / "smollm2" / "refere
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="checkpoint directory (default: SmolLM2 from the cache)")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)

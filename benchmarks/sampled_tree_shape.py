@@ -41,7 +41,7 @@ TOP_KS = (2, 3, 4, 8)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--prompts-per-kind", type=int, default=12)
     parser.add_argument("--seeds", type=int, default=1,
                         help="windows cut with seeds 0..N-1: N x prompts-per-kind per kind")

@@ -33,7 +33,7 @@ from minieagle.shipped import DEFAULT_MODEL, resolve_head
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--head", default="small-eagle1", help="an EAGLE-1 head (EAGLE-2 tree)")
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--prompts-per-kind", type=int, default=8)

@@ -46,7 +46,7 @@ def before_linear(x, weight):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="checkpoint directory (default: SmolLM2 from the cache)")
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--out", help="write the results as JSON here")

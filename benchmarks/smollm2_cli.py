@@ -136,7 +136,7 @@ def format_table(rows: dict, temperature: float) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="checkpoint directory (default: SmolLM2 from the cache)")
     parser.add_argument("--eagle1-head", default="smollm2-eagle1")
     parser.add_argument("--eagle3-head", default="smollm2-eagle3")

@@ -81,7 +81,7 @@ def cli_drafter(model: str, method: str, head: str, extra: list, target, tokeniz
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="checkpoint directory (default: SmolLM2 from the cache)")
     parser.add_argument("--eagle1-head", default=str(PRETRAINED / "smollm2-eagle1"))
     parser.add_argument("--eagle3-head", default=str(PRETRAINED / "smollm2-eagle3"))

@@ -1169,3 +1169,20 @@ def test_draft_vocab_coverage_counts_the_argmax_tokens_a_vocabulary_holds(script
         coverage.main([*argv[:4], "--grow", "5,x", "--data", str(runs["ood"])])
     with pytest.raises(InvalidInputError, match="--grow needs --counts-from"):
         coverage.main([*argv[:4], "--grow", "400", "--data", str(runs["ood"])])
+
+
+def test_every_benchmark_help_opens_with_its_docstrings_whole_first_paragraph():
+    """A script's --help opens with the first paragraph of its docstring; cut at its first line,
+    it stopped mid-sentence ("... with 95 % intervals: the")."""
+    import ast
+    import re
+
+    checked = 0
+    for path in sorted(BENCHMARKS.glob("*.py")):
+        source = path.read_text()
+        for use in re.findall(r"ArgumentParser\(description=(__doc__[^,)]*\)?[^,)]*)", source):
+            checked += 1
+            assert use == '__doc__.split("\\n\\n")[0]', (path.name, use)
+            first = ast.get_docstring(ast.parse(source), clean=False).split("\n\n")[0]
+            assert first.rstrip().endswith((".", ":", "?", ")", "`", '"')), (path.name, first)
+    assert checked >= 10
