@@ -655,6 +655,10 @@ fi
 #    greedy pass and 20 sampled shards (40 of the first batch's), chat3's 94 greedy and 40
 #    sampled passage shards (about 18,500 windows, 4,600 steps of 4 x 256, about two hours
 #    alone at two threads), step 18's schedule, seed 10, into $S/eagle3-u; measured as step 18.
+# 23. The data of the run after: SmolLM2's answers to a fifth batch of 1,000 general requests
+#    (data/requests-5.jsonl, written 2026-12-05 late afternoon: the same 20 categories, topics no
+#    earlier batch takes), one greedy pass and 20 shards at T = 1 (seed 9), two processes,
+#    once step 22's head is measured.
 if [ "$MODE" = continue ]; then
   # one pass over step 15's data: the greedy pass over the training requests and 56 shards of 64
   R_STEPS=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r('train')) + 56 * 64) // 4))")
@@ -682,6 +686,7 @@ if [ "$MODE" = continue ]; then
     passage_answers 94; passage_answers 40 1
     request_answers req4 8 20 "--request-batch 4"
     head_round u "$S/eagle3-r3/final" "$S/req-T0 $S/req-T1@0:40 $S/req2-T0 $S/req2-T1@0:20 $S/req3-T0 $S/req3-T1@0:20 $S/req4-T0 $S/req4-T1@0:20 $S/chat3-T0@0:94 $S/chat3-T1@0:40" 10 "r3=$S/eagle3-r3/final"
+    request_answers req5 9 20 "--request-batch 5"
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r-T1 "r=$S/eagle3-r/final"
     chat_answers chat3 2; shipped_start n 6e04c1e
     THREADS=1 train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960

@@ -112,7 +112,7 @@ def test_clean_rest_keeps_the_words_and_drops_the_markup() -> None:
 
 
 def test_requests_split_about_90_5_5_and_stay_apart_from_the_held_out_questions() -> None:
-    """data/requests.jsonl and requests-2, -3 and -4.jsonl: distinct requests across
+    """data/requests.jsonl and requests-2 to -5.jsonl: distinct requests across
     them all, 50 in each of the same 20 categories in each file, every split about its share,
     and none shares a run of six words with the questions chat_tau holds out
     (benchmarks/chat_tau.py QUESTIONS), so the "questions" kind stays requests no head trained

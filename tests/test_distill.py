@@ -307,7 +307,7 @@ def test_chat_prompts_are_rendered_with_the_template(tmp_path):
 @pytest.mark.parametrize(
     ("batch", "file"),
     [(1, "requests.jsonl"), (2, "requests-2.jsonl"), (3, "requests-3.jsonl"),
-     (4, "requests-4.jsonl")],
+     (4, "requests-4.jsonl"), (5, "requests-5.jsonl")],
 )  # fmt: skip
 def test_general_requests_are_answered_through_the_template(tmp_path, batch, file):
     """Source "requests": each window is a request of the chosen split and batch (file) rendered
@@ -393,8 +393,8 @@ def test_a_run_from_before_request_batches_resumes_as_batch_1_and_batch_2_is_ref
 
 @pytest.mark.parametrize(
     ("settings", "match"),
-    [({"source": "requests", "request_batch": 5},
-      r"request batch 5 is not one of \[1, 2, 3, 4\] \(1: data/requests.jsonl, .*4: data/req"),
+    [({"source": "requests", "request_batch": 6},
+      r"request batch 6 is not one of \[1, 2, 3, 4, 5\] \(1: data/requests.jsonl, .*5: data/req"),
      ({"source": "requests", "request_batch": True}, "request batch True"),
      ({"source": "chat", "request_batch": 2}, "only source 'requests' reads the requests")],
 )  # fmt: skip

@@ -94,6 +94,7 @@ REQUEST_FILES = {
     2: _DATA_DIR / "requests-2.jsonl",
     3: _DATA_DIR / "requests-3.jsonl",
     4: _DATA_DIR / "requests-4.jsonl",
+    5: _DATA_DIR / "requests-5.jsonl",
 }
 
 
