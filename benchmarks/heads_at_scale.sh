@@ -404,13 +404,14 @@ chat_tau() {
 }
 # head_round TAG START DATA SEED BESIDE: steps 18 and 22's run and its ship decision. A
 #   head from START trained one pass over DATA (its windows counted when the run starts, in one
-#   shuffled order; peak 2e-3, the last 40 % decaying, two threads, also scored on the held-out
+#   shuffled order; peak 2e-3, or PEAK in the caller's environment, the last 40 % decaying, two
+#   threads, also scored on the held-out
 #   requests) into $S/eagle3-TAG; calibrated; its τ at T = 0 and T = 1 side by side (one core
 #   each), both beside the shipped head; then its chain of one beside the heads BESIDE
 #   ("LABEL=DIR ...") and the shipped one (cli_candidates).
 head_round() {
   echo "R=\$(python -c \"from minieagle.distill import open_shards; print(-(-sum(map(len, open_shards('$3'.split()))) // 4))\")"
-  VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS='$R' LR=2e-3 \
+  VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS='$R' LR=${PEAK:-2e-3} \
     train_chat_head "$S/eagle3-$1" "$2" "$3" "--seed $4" '$((R * 2 / 5))' "$1"
   THREADS=2 calibrate_head "$S/eagle3-$1" "$1"
   local t
@@ -659,6 +660,12 @@ fi
 #    (data/requests-5.jsonl, written 2026-12-05 late afternoon: the same 20 categories, topics no
 #    earlier batch takes), one greedy pass and 20 shards at T = 1 (seed 9), two processes,
 #    once step 22's head is measured.
+# 24. A second pass over the union, the fifth batch's answers added. Step 22's head ended above
+#    step 18's on every held-out set (first-draft top-1 +0.006 to +0.026), so its run reads the
+#    same answers again with step 23's (about 20,750 windows, 5,190 steps, about two and a half
+#    hours alone), seed 11, into $S/eagle3-u2, at half step 22's peak rate (1e-3): every run
+#    from a trained head so far lost 0.03-0.05 of held-out top-1 at the peak of 2e-3 and spent
+#    its decay winning it back (not measured against 2e-3 on this data).
 if [ "$MODE" = continue ]; then
   # one pass over step 15's data: the greedy pass over the training requests and 56 shards of 64
   R_STEPS=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r('train')) + 56 * 64) // 4))")
@@ -687,6 +694,7 @@ if [ "$MODE" = continue ]; then
     request_answers req4 8 20 "--request-batch 4"
     head_round u "$S/eagle3-r3/final" "$S/req-T0 $S/req-T1@0:40 $S/req2-T0 $S/req2-T1@0:20 $S/req3-T0 $S/req3-T1@0:20 $S/req4-T0 $S/req4-T1@0:20 $S/chat3-T0@0:94 $S/chat3-T1@0:40" 10 "r3=$S/eagle3-r3/final"
     request_answers req5 9 20 "--request-batch 5"
+    PEAK=1e-3 head_round u2 "$S/eagle3-u/final" "$S/req-T0 $S/req-T1@0:40 $S/req2-T0 $S/req2-T1@0:20 $S/req3-T0 $S/req3-T1@0:20 $S/req4-T0 $S/req4-T1@0:20 $S/req5-T0 $S/req5-T1@0:20 $S/chat3-T0@0:94 $S/chat3-T1@0:40" 11 "u=$S/eagle3-u/final"
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r-T1 "r=$S/eagle3-r/final"
     chat_answers chat3 2; shipped_start n 6e04c1e
     THREADS=1 train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960

@@ -288,6 +288,8 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
                for c in commands)  # step 14  # fmt: skip
     assert any("--source requests " in c and "--split val " in c for c in commands)  # step 15
     assert any("--request-batch 2 " in c for c in commands)  # step 18
+    assert any("eagle3-u2 " in c and "--lr 1e-3 " in c and "/req5-T0 " in c
+               for c in commands)  # step 24  # fmt: skip
     for command in commands:
         argv = shlex.split(command)[1:]
         args = build_parser().parse_args(argv)  # SystemExit on an unknown or bad flag
