@@ -13,7 +13,7 @@ evaluations' keys by shell pattern (default `val_top1_0_*`: an EAGLE-3 head's fi
 greedy agreement with the target on each validation set; `val_top1_*` for an EAGLE-1 head), one
 line per key. `--concat` lays the logs end to end, for runs that each continued the one
 before; `--decay-steps N` shades each run's last N steps, where a warmup-stable-decay rate
-decays. The table printed lists every value drawn.
+decays (`N1,N2,...`: one count for each log, in order, for runs of other lengths). The table printed lists every value drawn.
 """
 
 from __future__ import annotations
@@ -67,7 +67,21 @@ def series(logs: dict, patterns: list[str], concat: bool) -> dict:
     return out
 
 
-def plot(curves: dict, logs: dict, path: Path, *, concat: bool, decay_steps: int) -> None:
+def decay_counts(text: str, logs: int) -> list[int]:
+    """`--decay-steps`: one count for every log, or one for each log in order."""
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 0 or len(counts) not in (1, logs):
+        raise InvalidInputError(
+            f"--decay-steps {text!r}: expected one step count >= 0, or {logs} of them separated "
+            "by commas (one for each --log, in order), e.g. --decay-steps 320 or 690,474"
+        )
+    return counts * logs if len(counts) == 1 else counts
+
+
+def plot(curves: dict, logs: dict, path: Path, *, concat: bool, decay_steps: list[int]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -77,14 +91,14 @@ def plot(curves: dict, logs: dict, path: Path, *, concat: bool, decay_steps: int
     colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     styles = ["-", "--", ":", "-."]
     offset = 0
-    for label, log in logs.items():
+    for (label, log), decay in zip(logs.items(), decay_steps, strict=True):
         evals = log.get("evals", [])
         if not evals:
             continue
         last = evals[-1]["step"]
         start = offset if concat else 0
-        if decay_steps:
-            ax.axvspan(start + last - decay_steps, start + last, color="grey", alpha=0.12, lw=0)
+        if decay:
+            ax.axvspan(start + last - decay, start + last, color="grey", alpha=0.12, lw=0)
         if concat:
             ax.axvline(start, color="grey", lw=0.6, ls=":")
             ax.text(start, 1.0, f" {label}", transform=ax.get_xaxis_transform(), va="top",
@@ -98,8 +112,9 @@ def plot(curves: dict, logs: dict, path: Path, *, concat: bool, decay_steps: int
                     label=name if (not concat or i == 0) else None)  # fmt: skip
     ax.set_xlabel("training step" + (" (the runs end to end)" if concat else ""))
     ax.set_ylabel("logged value")
-    if decay_steps:
-        ax.set_title(f"shaded: each run's last {decay_steps} steps, as its rate decays", fontsize=9)
+    if any(decay_steps):
+        counts = ("" if len(set(decay_steps)) > 1 else f"{decay_steps[0]} ")
+        ax.set_title(f"shaded: each run's last {counts}steps, as its rate decays", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -114,8 +129,9 @@ def main(argv=None) -> int:
     p.add_argument("--metric", action="append", metavar="PATTERN",
                    help="evaluation keys to draw, shell patterns (val_top1_0_*)")  # fmt: skip
     p.add_argument("--concat", action="store_true", help="lay the logs end to end")
-    p.add_argument("--decay-steps", type=int, default=0,
-                   help="shade each run's last N steps (its rate's decay)")  # fmt: skip
+    p.add_argument("--decay-steps", default="0", metavar="N[,N...]",
+                   help="shade each run's last N steps (its rate's decay); one N for "
+                        "every log, or one for each log in order")  # fmt: skip
     p.add_argument("--out", type=Path, help="PNG to draw (else only the table)")
     args = p.parse_args(argv)
     logs = {}
@@ -126,6 +142,7 @@ def main(argv=None) -> int:
         if label in logs:
             raise InvalidInputError(f"--log label {label!r} is given twice; name each log once")
         logs[label] = read_log(Path(path))
+    decay_steps = decay_counts(args.decay_steps, len(logs))
     curves = series(logs, args.metric or ["val_top1_0_*"], args.concat)
     for key, by_log in sorted(curves.items()):
         print(key)
@@ -133,7 +150,7 @@ def main(argv=None) -> int:
             points = zip(xs, ys, strict=True)
             print(f"  {label:>12}: " + "  ".join(f"{x}:{y:.3f}" for x, y in points))
     if args.out:
-        plot(curves, logs, args.out, concat=args.concat, decay_steps=args.decay_steps)
+        plot(curves, logs, args.out, concat=args.concat, decay_steps=decay_steps)
         print(f"plot written to {args.out}")
     return 0
 

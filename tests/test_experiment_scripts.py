@@ -892,6 +892,13 @@ def test_train_curves_reads_finished_and_running_runs_and_lays_them_end_to_end(s
     assert curves.main(argv) == 0 and png.stat().st_size > 10_000
     with pytest.raises(InvalidInputError, match="given twice"):
         curves.main(["--log", f"a={tmp_path / 'a.json'}", "--log", f"a={tmp_path / 'done'}"])
+    assert curves.decay_counts("50", 3) == [50, 50, 50]
+    assert curves.decay_counts("50,20", 2) == [50, 20]  # one for each log, in order
+    for bad in ("50,20", "-1", "x"):
+        with pytest.raises(InvalidInputError, match="one for each --log"):
+            curves.decay_counts(bad, 3)
+    argv[argv.index("50")] = "50,20"
+    assert curves.main(argv) == 0
 
 
 def test_the_threshold_script_predicts_from_one_long_chain(scripts, tmp_path):
