@@ -13,7 +13,8 @@ evaluations' keys by shell pattern (default `val_top1_0_*`: an EAGLE-3 head's fi
 greedy agreement with the target on each validation set; `val_top1_*` for an EAGLE-1 head), one
 line per key. `--concat` lays the logs end to end, for runs that each continued the one
 before; `--decay-steps N` shades each run's last N steps, where a warmup-stable-decay rate
-decays (`N1,N2,...`: one count for each log, in order, for runs of other lengths). The table printed lists every value drawn.
+decays (`N1,N2,...`: one count for each log, in order, for runs of other lengths). The table
+printed lists every value drawn.
 """
 
 from __future__ import annotations
