@@ -405,8 +405,7 @@ chat_tau() {
 # head_round TAG START DATA SEED BESIDE: steps 18 and 22's run and its ship decision. A
 #   head from START trained one pass over DATA (its windows counted when the run starts, in one
 #   shuffled order; peak 2e-3, or PEAK in the caller's environment, the last 40 % decaying, two
-#   threads, also scored on the held-out
-#   requests) into $S/eagle3-TAG; calibrated; its τ at T = 0 and T = 1 side by side (one core
+#   threads, also scored on the held-out requests) into $S/eagle3-TAG; calibrated; its τ at T = 0 and T = 1 side by side (one core
 #   each), both beside the shipped head; then its chain of one beside the heads BESIDE
 #   ("LABEL=DIR ...") and the shipped one (cli_candidates).
 head_round() {
@@ -664,7 +663,7 @@ fi
 #    step 18's on every held-out set (first-draft top-1 +0.006 to +0.026), so its run reads the
 #    same answers again with step 23's (about 20,750 windows, 5,190 steps, about two and a half
 #    hours alone), seed 11, into $S/eagle3-u2, at half step 22's peak rate (1e-3): every run
-#    from a trained head so far lost 0.03-0.05 of held-out top-1 at the peak of 2e-3 and spent
+#    from a trained head so far lost 0.03-0.06 of held-out top-1 at the peak of 2e-3 and spent
 #    its decay winning it back (not measured against 2e-3 on this data).
 if [ "$MODE" = continue ]; then
   # one pass over step 15's data: the greedy pass over the training requests and 56 shards of 64
