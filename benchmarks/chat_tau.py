@@ -18,12 +18,16 @@ Each head drafts through `build_drafter`'s dynamic tree at fixed sizes (`--trees
 the 26-node tree of depth 7 and the EAGLE-3 paper's 60 nodes, top-k 10), ranked by the scores
 shipped beside the head (its calibration.json, where it says they measured better; `--scores
 raw`: raw scores), at each temperature of `--temperatures` (T > 0: the sampled tree). Prompt i
-decodes with seed i, until end of turn or `--new-tokens`. At T = 0 every output is checked equal
+decodes with seed i (`--seed-offset K`: seed K + i, a second draw of every sampled decoding),
+until end of turn or `--new-tokens`. At T = 0 every output is checked equal
 to vanilla's (a difference stops the run). τ is pooled (all emitted tokens over all forwards),
 per kind and over all prompts; its 95 % interval is a bootstrap over the prompts (resampled
 within each kind, 2,000 times). Every head's row after the first's is also compared with the
 first head's row at the same tree, prompt by prompt (`against_first`: the difference in τ with
-a paired bootstrap interval, and on how many prompts each is higher).
+a paired bootstrap interval, and on how many prompts each is higher). Each row also counts
+its cycles by how many drafts the verifier accepted (`accepted`, per prompt) and pools them
+into `accepted_at_least` (d: the share of cycles that accepted at least d drafts): where in
+the tree two heads part.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/chat_tau.py \\
         --eagle3 shipped=minieagle/pretrained/smollm2-eagle3 --eagle3 new=DIR \\
@@ -35,7 +39,8 @@ EAGLE-3 / EAGLE-2 ratio on the same prompts.
 `--baseline FILE:LABEL` takes head LABEL's rows from an earlier run's JSON instead of decoding
 them again (a head's decoding of prompt i with seed i is the same on every run, at T = 0 and
 T = 1 alike), and compares every new head with them, prompt by prompt: the earlier run must
-hold the same prompts, new-token limit, scores and, at each temperature measured now, the trees.
+hold the same prompts, new-token limit, scores, seed offset and, at each temperature measured now,
+the trees.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/chat_tau.py --eagle3 new=DIR \\
         --baseline docs/results/smollm2-chat-tau.json:shipped --out new.json
@@ -162,9 +167,18 @@ def paired_difference(first: list[dict], second: list[dict], *, resamples: int =
             "first_higher": int(np.sum(e2 / f2 < e1 / f1))}  # fmt: skip
 
 
+def accepted_at_least(records: list[dict]) -> list[float]:
+    """[share of all the records' cycles that accepted at least d drafts, for d = 1, 2, ...]
+    from each record's `accepted` (cycles counted by drafts accepted)."""
+    counts = np.zeros(max(len(r["accepted"]) for r in records))
+    for r in records:
+        counts[: len(r["accepted"])] += r["accepted"]
+    return (counts[::-1].cumsum()[::-1][1:] / counts.sum()).tolist()
+
+
 def summarise(records: list[dict]) -> dict:
     """τ with its interval, over all prompts and per kind, from per-prompt records {kind,
-    emitted, forwards}."""
+    emitted, forwards, accepted}; and over all, `accepted_at_least`."""
 
     def over(rows):
         e, f = [r["emitted"] for r in rows], [r["forwards"] for r in rows]
@@ -173,7 +187,7 @@ def summarise(records: list[dict]) -> dict:
 
     kinds = list(dict.fromkeys(r["kind"] for r in records))
     return {
-        "all": over(records),
+        "all": {**over(records), "accepted_at_least": accepted_at_least(records)},
         **{k: over([r for r in records if r["kind"] == k]) for k in kinds},
     }
 
@@ -227,8 +241,9 @@ def rows_for(heads, trees, target, scores: str) -> dict:
 
 
 def measure(target, prompts, rows: dict, temperature: float, new_tokens: int, stops,
-            vanilla_tokens=None, progress=None) -> dict:  # fmt: skip
-    """{row: [record per prompt]}: each row's decoding of every prompt (prompt i with seed i);
+            vanilla_tokens=None, progress=None, seed_offset: int = 0) -> dict:  # fmt: skip
+    """{row: [record per prompt]}: each row's decoding of every prompt (prompt i with seed
+    seed_offset + i), each record {kind, emitted, forwards, accepted: cycles per accepted count};
     at T = 0 each output checked equal to `vanilla_tokens[i]` (AssertionError naming the row
     and prompt where one differs). stops: the end-of-turn token ids."""
     sampling = SamplingParams(temperature=temperature)
@@ -237,12 +252,14 @@ def measure(target, prompts, rows: dict, temperature: float, new_tokens: int, st
         out[name] = []
         for i, (kind, ids) in enumerate(prompts):
             result = generate(*target, ids, drafter=make(), max_new_tokens=new_tokens,
-                              sampling=sampling, seed=i, stop_token_ids=stops)  # fmt: skip
+                              sampling=sampling, seed=seed_offset + i,
+                              stop_token_ids=stops)  # fmt: skip
             if vanilla_tokens is not None and result.tokens != vanilla_tokens[i]:
                 raise AssertionError(f"{name}: the greedy output of prompt {i} ({kind}) differs "
                                      "from vanilla's")  # fmt: skip
             out[name].append({"kind": kind, "emitted": len(result.tokens),
-                              "forwards": result.target_forwards})  # fmt: skip
+                              "forwards": result.target_forwards,
+                              "accepted": np.bincount(result.accepted_per_cycle).tolist()})
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix_str(f"T={temperature:g} {name}")
@@ -289,8 +306,8 @@ def baseline_rows(spec: str, results: dict, temperatures) -> tuple[str, dict]:
             f"--baseline {spec!r}: expected FILE:LABEL, FILE an earlier chat_tau JSON"
         )
     earlier = json.loads(Path(path).read_text())
-    for key in ("prompts", "new_tokens", "scores"):
-        if earlier.get(key) != results[key]:
+    for key in ("prompts", "new_tokens", "scores", "seed_offset"):
+        if earlier.get(key, 0 if key == "seed_offset" else None) != results[key]:
             raise InvalidInputError(
                 f"--baseline {spec!r}: its {key} differ from this run's; pass the settings it "
                 f"was measured with ({key} = {str(earlier.get(key))[:80]})"
@@ -325,7 +342,9 @@ def pair_runs(first_spec: str, second_spec: str) -> dict:
         if a.get(key) != b.get(key):
             raise InvalidInputError(f"--pair: {pa} and {pb} differ in {key}; they cannot be paired")
     out = {"first": first_spec, "second": second_spec,
-           "scores": {first_spec: a.get("scores"), second_spec: b.get("scores")}}  # fmt: skip
+           "scores": {first_spec: a.get("scores"), second_spec: b.get("scores")},
+           "seed_offsets": {first_spec: a.get("seed_offset", 0),
+                            second_spec: b.get("seed_offset", 0)}}  # fmt: skip
     for setting in [k for k in a if k.startswith("T=") and k in b]:
         for name, row in a[setting].items():
             label, tree = name.split(" ")[0], name.split(" ")[-1]
@@ -361,6 +380,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--temperatures", default="0,1")
     parser.add_argument("--per-kind", type=int, default=12, help="requests of each kind")
     parser.add_argument("--new-tokens", type=int, default=96)
+    parser.add_argument("--seed-offset", type=int, default=0,
+                        help="prompt i decodes with seed K + i (default 0)")  # fmt: skip
     parser.add_argument("--baseline", metavar="FILE:LABEL",
                         help="head LABEL's rows from an earlier run's JSON, not decoded again, "
                         "every new head compared with them")  # fmt: skip
@@ -378,6 +399,10 @@ def main(argv=None) -> dict:
                       f"{p['second_higher']}, lower on {p['first_higher']}")  # fmt: skip
                 for kind, k in p["by_kind"].items():
                     print(f"    {kind}: {k['difference']:+.3f} [{k['low']:+.3f}..{k['high']:+.3f}]")
+                for which in ("first", "second"):
+                    if "accepted_at_least" in p[which]:
+                        print(f"    {which}: cycles accepting >= 1, 2, ... drafts: "
+                              + " ".join(f"{x:.2f}" for x in p[which]["accepted_at_least"]))
         if args.out:
             Path(args.out).write_text(json.dumps(paired, indent=1) + "\n")
         return paired
@@ -408,6 +433,7 @@ def main(argv=None) -> dict:
     start = time.perf_counter()
     results = {"model": args.model, "heads": {label: str(p) for label, _, p in heads},
                "trees": trees, "scores": args.scores, "new_tokens": args.new_tokens,
+               "seed_offset": args.seed_offset,
                "prompts": [{"kind": k, "prompt_tokens": len(ids)} for k, ids in prompts],
                "questions": list(QUESTIONS[: args.per_kind])}  # fmt: skip
     baseline = None
@@ -426,7 +452,7 @@ def main(argv=None) -> dict:
             vanilla = _vanilla(target, prompts, args.new_tokens, stops, bar)
         for t in temperatures:
             per_row = measure(target, prompts, rows, t, args.new_tokens, stops,
-                              vanilla if t == 0 else None, bar)  # fmt: skip
+                              vanilla if t == 0 else None, bar, args.seed_offset)  # fmt: skip
             results[f"T={t:g}"] = {
                 **(baseline[1][f"T={t:g}"] if baseline else {}),
                 **{name: {"tau": summarise(recs), "per_prompt": recs}
@@ -453,6 +479,9 @@ def main(argv=None) -> dict:
             kinds = "  ".join(f"{k} {v['tau']:.2f}" for k, v in row["tau"].items() if k != "all")
             interval = f"[{a['low']:.2f}..{a['high']:.2f}]"
             print(f"{setting} {name:32s} tau {a['tau']:.2f} {interval}  {kinds}")
+            if "accepted_at_least" in a:
+                print("    cycles accepting >= 1, 2, ... drafts: "
+                      + " ".join(f"{x:.2f}" for x in a["accepted_at_least"]))  # fmt: skip
             if "against_first" in row:
                 p = row["against_first"]
                 print(f"    minus {p['row']}: {p['difference']:+.3f} [{p['low']:+.3f}.."

@@ -1043,6 +1043,15 @@ def test_the_chat_tau_script_pools_tau_per_kind_with_intervals(scripts, tmp_path
         for row in results[setting].values():
             records = row["per_prompt"]
             assert len(records) == 6 and all(1 <= r["forwards"] <= r["emitted"] for r in records)
+            for r in records:  # one count per cycle; each cycle emits its accepted drafts + 1
+                assert sum(r["accepted"]) == r["forwards"] and len(r["accepted"]) <= 5
+                drafts = sum(a * n for a, n in enumerate(r["accepted"]))
+                assert drafts + r["forwards"] >= r["emitted"]  # the last cycle may be cut
+            shares = row["tau"]["all"]["accepted_at_least"]
+            cycles = sum(r["forwards"] for r in records)
+            reached = sum(sum(r["accepted"][1:]) for r in records)
+            assert shares[0] == pytest.approx(reached / cycles)
+            assert shares == sorted(shares, reverse=True)  # a deeper level is rarer
             for kind, s in row["tau"].items():
                 mine = [r for r in records if kind in ("all", r["kind"])]
                 pooled = sum(r["emitted"] for r in mine) / sum(r["forwards"] for r in mine)
@@ -1074,6 +1083,9 @@ def test_the_chat_tau_script_pools_tau_per_kind_with_intervals(scripts, tmp_path
     with pytest.raises(InvalidInputError, match="new_tokens differ"):
         tau.main([*argv[:4], *argv[6:8], *argv[8:-6], "--new-tokens", "9",
                   "--baseline", earlier])  # fmt: skip
+    with pytest.raises(InvalidInputError, match="seed_offset differ"):
+        tau.main([*argv[:4], *argv[6:8], *argv[8:-4], "--seed-offset", "1000",
+                  "--baseline", earlier])  # fmt: skip
     with pytest.raises(InvalidInputError, match="lacks head 'e9'"):
         tau.main([*argv[:4], *argv[6:8], *argv[8:-4], "--baseline", f"{tmp_path / 'e3.json'}:e9"])
     with pytest.raises(InvalidInputError, match="labelled 'e3' too"):
@@ -1081,6 +1093,11 @@ def test_the_chat_tau_script_pools_tau_per_kind_with_intervals(scripts, tmp_path
     sampled = tau.main([*argv[:4], *argv[6:8], *argv[8:-4], "--temperatures", "1",
                         "--baseline", earlier])  # fmt: skip
     assert "T=0" not in sampled and sampled["greedy_outputs_equal_to_vanilla"] is None
+    redrawn = tau.main([*alone[:-2], "--temperatures", "1", "--seed-offset", "1000"])
+    assert redrawn["seed_offset"] == 1000  # another draw of every sampled decoding
+    outcomes = [[(r["emitted"], r["forwards"]) for r in run["T=1"]["e3 eagle3 8:3:2"]["per_prompt"]]
+                for run in (redrawn, results)]  # fmt: skip
+    assert outcomes[0] != outcomes[1]
     # two earlier runs paired without decoding: the same figures as one run's comparison
     later_file = tmp_path / "e1.json"
     later_file.write_text(json.dumps(later))
