@@ -267,14 +267,30 @@ def measure(target, prompts, rows: dict, temperature: float, new_tokens: int, st
 
 
 def plot(results: dict, path) -> None:
-    """One panel per temperature: τ of each row per kind and over all, with its interval."""
+    """One panel per temperature: τ of each row per kind and over all, with its interval; and
+    below it, where the rows counted them, the share of cycles accepting at least d drafts."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     settings = [s for s in results if s.startswith("T=")]
-    fig, axes = plt.subplots(1, len(settings), figsize=(6.5 * len(settings), 4.2), squeeze=False)
+    depths = any("accepted_at_least" in row["tau"]["all"]
+                 for s in settings for row in results[s].values())  # fmt: skip
+    fig, axes = plt.subplots(1 + depths, len(settings), figsize=(6.5 * len(settings),
+                             4.2 + 3.4 * depths), squeeze=False)  # fmt: skip
+    for ax, setting in zip(axes[-1] if depths else [], settings, strict=True):
+        for j, (name, row) in enumerate(results[setting].items()):
+            shares = row["tau"]["all"].get("accepted_at_least")
+            if shares:
+                ax.plot(np.arange(1, len(shares) + 1), shares, marker="o", color=f"C{j}",
+                        label=name)  # fmt: skip
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.set_xlabel("d (drafts accepted in a cycle)")
+        ax.set_ylabel("share of cycles accepting >= d")
+        ax.set_title(f"{setting}: how deep the accepted path reaches")
+        ax.grid(alpha=0.3)
     for ax, setting in zip(axes[0], settings, strict=True):
         rows = results[setting]
         groups = ["all", *[k for k in KINDS if any(k in r["tau"] for r in rows.values())]]
