@@ -49,7 +49,11 @@ the trees.
 the same prompts (head LABEL of each file, at every tree and temperature both hold), request by
 request, and prints and writes (`--out`) each difference with its paired interval, over all and
 per kind, and each file's scores setting (two runs with different `--scores` compare what each
-decoded with).
+decoded with). A side may pool several draws, `A.json+B.json:LABEL`, runs with different
+`--seed-offset`s: each prompt's τ is then its draws' emitted tokens over their forwards. At
+T = 1 one draw per prompt is noisy: the shipped SmolLM2 head's 60-node τ read 2.61 on seeds
+0-35 and 2.35 on seeds 1000-1035 (docs/real_models.md, "Step 22"), so T = 1 comparisons pool
+two draws or more.
 """
 
 from __future__ import annotations
@@ -186,8 +190,10 @@ def summarise(records: list[dict]) -> dict:
         return {"tau": pooled_tau(e, f), "low": low, "high": high, "prompts": len(rows)}
 
     kinds = list(dict.fromkeys(r["kind"] for r in records))
+    counted = all("accepted" in r for r in records)  # (runs before 2026-12-05 did not count)
     return {
-        "all": {**over(records), "accepted_at_least": accepted_at_least(records)},
+        "all": {**over(records), **({"accepted_at_least": accepted_at_least(records)}
+                                    if counted else {})},  # fmt: skip
         **{k: over([r for r in records if r["kind"] == k]) for k in kinds},
     }
 
@@ -345,39 +351,82 @@ def baseline_rows(spec: str, results: dict, temperatures) -> tuple[str, dict]:
 
 
 def pair_runs(first_spec: str, second_spec: str) -> dict:
-    """`--pair`: {"T=t": {tree: paired_difference of the second file's head over the first's}}
-    for every temperature and tree both files hold for their heads."""
-    runs = []
-    for spec in (first_spec, second_spec):
-        path, _, label = spec.rpartition(":")
-        if not path or not label or not Path(path).is_file():
-            raise InvalidInputError(f"--pair {spec!r}: expected FILE:LABEL, FILE a chat_tau JSON")
-        runs.append((json.loads(Path(path).read_text()), label, path))
-    (a, la, pa), (b, lb, pb) = runs
+    """`--pair`: {"T=t": {tree: paired_difference of the second side's head over the first's}}
+    for every temperature and tree both sides hold for their heads. A side is FILE:LABEL or
+    FILE+FILE+...:LABEL, runs of the same prompts with different `--seed-offset`s (draws of
+    the same sampled decodings): each prompt's draws are pooled (their emitted tokens over
+    their target forwards) before the prompts are paired."""
+    sides = [_pair_side(spec) for spec in (first_spec, second_spec)]
+    (runs_a, la), (runs_b, lb) = sides
+    (pa, a), rest = runs_a[0], [*runs_a[1:], *runs_b]
     for key in ("prompts", "new_tokens"):
-        if a.get(key) != b.get(key):
-            raise InvalidInputError(f"--pair: {pa} and {pb} differ in {key}; they cannot be paired")
+        for pb, b in rest:
+            if a.get(key) != b.get(key):
+                raise InvalidInputError(f"--pair: {pa} and {pb} differ in {key}; they cannot be "
+                                        "paired")  # fmt: skip
     out = {"first": first_spec, "second": second_spec,
-           "scores": {first_spec: a.get("scores"), second_spec: b.get("scores")},
-           "seed_offsets": {first_spec: a.get("seed_offset", 0),
-                            second_spec: b.get("seed_offset", 0)}}  # fmt: skip
-    for setting in [k for k in a if k.startswith("T=") and k in b]:
-        for name, row in a[setting].items():
-            label, tree = name.split(" ")[0], name.split(" ")[-1]
-            other = next((n for n in b[setting] if n.split(" ")[0] == lb and n.endswith(tree)),
-                         None)  # fmt: skip
-            if label == la and other is not None:
-                first, second = row["per_prompt"], b[setting][other]["per_prompt"]
-                by_kind = {kind: paired_difference([r for r in first if r["kind"] == kind],
-                                                   [r for r in second if r["kind"] == kind])
-                           for kind in dict.fromkeys(r["kind"] for r in first)}  # fmt: skip
-                out.setdefault(setting, {})[tree] = {
-                    "first": row["tau"]["all"], "second": b[setting][other]["tau"]["all"],
-                    **paired_difference(first, second), "by_kind": by_kind,
-                }  # fmt: skip
+           "scores": {first_spec: [r.get("scores") for _, r in runs_a],
+                      second_spec: [r.get("scores") for _, r in runs_b]},
+           "seed_offsets": {first_spec: [r.get("seed_offset", 0) for _, r in runs_a],
+                            second_spec: [r.get("seed_offset", 0) for _, r in runs_b]}}  # fmt: skip
+    for setting in [k for k in a if k.startswith("T=")]:
+        for tree in dict.fromkeys(name.split(" ")[-1] for name in a[setting]):
+            first, second = _pooled_rows(runs_a, la, setting, tree), _pooled_rows(runs_b, lb,
+                                                                                setting, tree)
+            if first is None or second is None:
+                continue
+            by_kind = {kind: paired_difference([r for r in first[1] if r["kind"] == kind],
+                                               [r for r in second[1] if r["kind"] == kind])
+                       for kind in dict.fromkeys(r["kind"] for r in first[1])}  # fmt: skip
+            out.setdefault(setting, {})[tree] = {
+                "first": first[0], "second": second[0],
+                **paired_difference(first[1], second[1]), "by_kind": by_kind,
+            }  # fmt: skip
     if not any(k.startswith("T=") for k in out):
         raise InvalidInputError(f"--pair: no temperature and tree holds both {la!r} and {lb!r}")
     return out
+
+
+def _pair_side(spec: str) -> tuple[list[tuple[str, dict]], str]:
+    """([(file, its results)], label) of one side of `--pair`, its files' seed offsets checked
+    to differ (one draw twice would count it twice)."""
+    paths, _, label = spec.rpartition(":")
+    paths = paths.split("+") if paths else []
+    if not label or not paths or not all(Path(path).is_file() for path in paths):
+        raise InvalidInputError(f"--pair {spec!r}: expected FILE:LABEL or FILE+FILE...:LABEL, "
+                                "each FILE a chat_tau JSON")  # fmt: skip
+    runs = [(path, json.loads(Path(path).read_text())) for path in paths]
+    offsets = [r.get("seed_offset", 0) for _, r in runs]
+    if len(set(offsets)) != len(offsets):
+        raise InvalidInputError(f"--pair {spec!r}: its files' seed offsets {offsets} repeat; pool "
+                                "only different draws (chat_tau --seed-offset)")  # fmt: skip
+    return runs, label
+
+
+def _pooled_rows(runs, label: str, setting: str, tree: str):
+    """(summary, per-prompt records) of head `label` at `tree` and `setting`, each prompt's
+    draws over `runs` pooled; the one run's own summary when there is one run; None when a
+    run lacks the row."""
+    rows = []
+    for _, results in runs:
+        row = next((r for n, r in results.get(setting, {}).items()
+                    if n.split(" ")[0] == label and n.split(" ")[-1] == tree), None)  # fmt: skip
+        if row is None:
+            return None
+        rows.append(row)
+    if len(rows) == 1:
+        return rows[0]["tau"]["all"], rows[0]["per_prompt"]
+    pooled = []
+    for draws in zip(*(row["per_prompt"] for row in rows), strict=True):
+        record = {"kind": draws[0]["kind"], "emitted": sum(d["emitted"] for d in draws),
+                  "forwards": sum(d["forwards"] for d in draws)}  # fmt: skip
+        if all("accepted" in d for d in draws):
+            counts = np.zeros(max(len(d["accepted"]) for d in draws), dtype=int)
+            for d in draws:
+                counts[: len(d["accepted"])] += d["accepted"]
+            record["accepted"] = counts.tolist()
+        pooled.append(record)
+    return summarise(pooled)["all"], pooled
 
 
 def main(argv=None) -> dict:

@@ -1117,6 +1117,20 @@ def test_the_chat_tau_script_pools_tau_per_kind_with_intervals(scripts, tmp_path
             assert k["first_higher"] + k["second_higher"] <= 2
     with pytest.raises(InvalidInputError, match="no temperature and tree holds both"):
         tau.main(["--pair", earlier, f"{later_file}:e9"])
+    # two draws of the first head pooled prompt by prompt (T = 1 only: the second draw has no T = 0)
+    redrawn_file = tmp_path / "e3-1000.json"
+    redrawn_file.write_text(json.dumps(redrawn))
+    pooled = tau.main(["--pair", f"{tmp_path / 'e3.json'}+{redrawn_file}:e3", f"{later_file}:e1"])
+    assert list(k for k in pooled if k.startswith("T=")) == ["T=1"]
+    assert pooled["seed_offsets"][f"{tmp_path / 'e3.json'}+{redrawn_file}:e3"] == [0, 1000]
+    draws = [run["T=1"]["e3 eagle3 8:3:2"]["per_prompt"] for run in (results, redrawn)]
+    both = sum(r["emitted"] for d in draws for r in d) / sum(r["forwards"] for d in draws
+                                                             for r in d)  # fmt: skip
+    assert pooled["T=1"]["8:3:2"]["first"]["tau"] == pytest.approx(both)
+    assert pooled["T=1"]["8:3:2"]["difference"] == pytest.approx(
+        results["T=1"]["e1 eagle2 8:3:2"]["tau"]["all"]["tau"] - both)
+    with pytest.raises(InvalidInputError, match=r"seed offsets \[0, 0\] repeat"):
+        tau.main(["--pair", f"{tmp_path / 'e3.json'}+{tmp_path / 'e3.json'}:e3", earlier])
     from minieagle.distill import CHAT_REQUESTS
 
     assert set(tau.CHAT_REQUESTS.values()) <= set(CHAT_REQUESTS)  # requests the heads met
