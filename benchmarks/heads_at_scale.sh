@@ -399,26 +399,33 @@ chat_tau() {
     case $c in e1:*) flags="$flags --eagle1 ${c#e1:}" ;; *) flags="$flags --eagle3 $c" ;; esac
   done
   echo "[ -f $S/chat-tau-$1.json ] || OPENBLAS_NUM_THREADS=1 python benchmarks/chat_tau.py \
-        --model $M$flags ${BASELINE:+--baseline $BASELINE} ${TEMPS:+--temperatures $TEMPS} ${SCORES:+--scores $SCORES} \
+        --model $M$flags ${BASELINE:+--baseline $BASELINE} ${TEMPS:+--temperatures $TEMPS} ${SCORES:+--scores $SCORES} ${SEED_OFFSET:+--seed-offset $SEED_OFFSET} \
         --out $S/chat-tau-$1.json --plot $S/chat-tau-$1.png >$S/chat-tau-$1.log 2>&1"
 }
-# head_round TAG START DATA SEED BESIDE: steps 18 and 22's run and its ship decision. A
+# head_round TAG START DATA SEED BESIDE: steps 18, 22 and 24's run and its ship decision. A
 #   head from START trained one pass over DATA (its windows counted when the run starts, in one
 #   shuffled order; peak 2e-3, or PEAK in the caller's environment, the last 40 % decaying, two
-#   threads, also scored on the held-out requests) into $S/eagle3-TAG; calibrated; its τ at T = 0 and T = 1 side by side (one core
-#   each), both beside the shipped head; then its chain of one beside the heads BESIDE
-#   ("LABEL=DIR ...") and the shipped one (cli_candidates).
+#   threads, also scored on the held-out requests) into $S/eagle3-TAG; calibrated; its τ at
+#   T = 0 and T = 1 side by side (one core each), beside the rows of BASE_T0 and BASE_T1
+#   (chat_tau --baseline FILE:LABEL; default the 2026-12-04 file's shipped head); where
+#   BASE_T1_DRAW2 names rows decoded with --seed-offset 1000, a second draw at T = 1 beside
+#   them (one draw at T = 1 misranks heads: docs/real_models.md, "A second draw at T = 1");
+#   then its chain of one beside the heads BESIDE ("LABEL=DIR ...") and the shipped one
+#   (cli_candidates).
 head_round() {
   echo "R=\$(python -c \"from minieagle.distill import open_shards; print(-(-sum(map(len, open_shards('$3'.split()))) // 4))\")"
   VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS='$R' LR=${PEAK:-2e-3} \
     train_chat_head "$S/eagle3-$1" "$2" "$3" "--seed $4" '$((R * 2 / 5))' "$1"
   THREADS=2 calibrate_head "$S/eagle3-$1" "$1"
-  local t
+  local t base=docs/results/smollm2-chat-tau.json:shipped
   for t in 0 1; do
-    BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=$t \
+    BASELINE=$([ $t = 0 ] && echo "${BASE_T0:-$base}" || echo "${BASE_T1:-$base}") TEMPS=$t \
       chat_tau "$1-T$t$([ $t = 0 ] && echo c)" "$1=$S/eagle3-$1/final" | in_background
   done
   both_done
+  if [ -n "${BASE_T1_DRAW2:-}" ]; then
+    BASELINE=$BASE_T1_DRAW2 TEMPS=1 SEED_OFFSET=1000 chat_tau "$1-T1-s1000" "$1=$S/eagle3-$1/final"
+  fi
   cli_candidates "$1" "$5 $1=$S/eagle3-$1/final"
 }
 # head_decayed_longer TAG DECAY DATA [FLAGS]: $S/eagle3-TAG's run with its schedule decaying over
@@ -655,6 +662,8 @@ fi
 #    greedy pass and 20 sampled shards (40 of the first batch's), chat3's 94 greedy and 40
 #    sampled passage shards (about 18,500 windows, 4,600 steps of 4 x 256, about two hours
 #    alone at two threads), step 18's schedule, seed 10, into $S/eagle3-u; measured as step 18.
+#    Finished 2026-12-05 (T = 0 τ 2.78 / 2.99 at 26 / 60 nodes, from 2.61 / 2.82); first held
+#    back by one T = 1 draw, shipped that evening on two draws pooled (+0.13 / +0.02).
 # 23. The data of the run after: SmolLM2's answers to a fifth batch of 1,000 general requests
 #    (data/requests-5.jsonl, written 2026-12-05 late afternoon: the same 20 categories, topics no
 #    earlier batch takes), one greedy pass and 20 shards at T = 1 (seed 9), two processes,
@@ -665,6 +674,10 @@ fi
 #    hours alone), seed 11, into $S/eagle3-u2, at half step 22's peak rate (1e-3): every run
 #    from a trained head so far lost 0.03-0.06 of held-out top-1 at the peak of 2e-3 and spent
 #    its decay winning it back (not measured against 2e-3 on this data).
+#    Measured beside step 22's head, shipped on 2026-12-05 evening once a second draw at
+#    T = 1 showed the earlier T = 1 verdicts to rest on noise: its rows at T = 0 and T = 1
+#    from the files that measured it, and at T = 1 a second draw (seeds 1000-1035) beside its
+#    own.
 if [ "$MODE" = continue ]; then
   # one pass over step 15's data: the greedy pass over the training requests and 56 shards of 64
   R_STEPS=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r('train')) + 56 * 64) // 4))")
@@ -693,7 +706,11 @@ if [ "$MODE" = continue ]; then
     request_answers req4 8 20 "--request-batch 4"
     head_round u "$S/eagle3-r3/final" "$S/req-T0 $S/req-T1@0:40 $S/req2-T0 $S/req2-T1@0:20 $S/req3-T0 $S/req3-T1@0:20 $S/req4-T0 $S/req4-T1@0:20 $S/chat3-T0@0:94 $S/chat3-T1@0:40" 10 "r3=$S/eagle3-r3/final"
     request_answers req5 9 20 "--request-batch 5"
-    PEAK=1e-3 head_round u2 "$S/eagle3-u/final" "$S/req-T0 $S/req-T1@0:40 $S/req2-T0 $S/req2-T1@0:20 $S/req3-T0 $S/req3-T1@0:20 $S/req4-T0 $S/req4-T1@0:20 $S/req5-T0 $S/req5-T1@0:20 $S/chat3-T0@0:94 $S/chat3-T1@0:40" 11 "u=$S/eagle3-u/final"
+    PEAK=1e-3 BASE_T0=docs/results/smollm2-chat-tau-u-T0c.json:u BASE_T1=docs/results/smollm2-chat-tau-u-T1.json:u BASE_T1_DRAW2=docs/results/smollm2-chat-tau-su-T1-s1000.json:u head_round u2 "$S/eagle3-u/final" "$S/req-T0 $S/req-T1@0:40 $S/req2-T0 $S/req2-T1@0:20 $S/req3-T0 $S/req3-T1@0:20 $S/req4-T0 $S/req4-T1@0:20 $S/req5-T0 $S/req5-T1@0:20 $S/chat3-T0@0:94 $S/chat3-T1@0:40" 11 ""
+    # The steps below (step 15's head at T = 1, steps 10-14) were queued before steps 15-24 and
+    # start from heads two ships old: not candidates any more. The queue ends here unless
+    # OLD_STEPS=1 is in its environment.
+    echo '[ "${OLD_STEPS:-0}" = 1 ] || exit 0'
     BASELINE=docs/results/smollm2-chat-tau.json:shipped TEMPS=1 chat_tau r-T1 "r=$S/eagle3-r/final"
     chat_answers chat3 2; shipped_start n 6e04c1e
     THREADS=1 train_chat_head "$S/eagle3-n-d960" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3" 960 n-d960

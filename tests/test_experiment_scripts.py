@@ -271,7 +271,7 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
                "train_chat_head|measure_chat_head|cli_candidates|chat_tau|request_answers|"
                "heldout_requests|passage_answers|calibrate_head|head_round")  # fmt: skip
     # with the environment a call sets for itself (THREADS=1, STEPS=800 TTT=7, ...)
-    calls = re.findall(rf"(?<![\w$(])(?:[A-Z_]+=\S+ )*(?:{writers}) [^;|\n]*", code)
+    calls = re.findall(rf"(?<![\w$(])(?:[A-Z_][A-Z0-9_]*=\S+ )*(?:{writers}) [^;|\n]*", code)
     assert len(calls) >= 5
     env = {**os.environ, "S": "/S", "M": "/M"}
     written = subprocess.run(["bash", "-c", "".join(functions) + "\n".join(calls)], check=True,
@@ -304,6 +304,10 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
             assert set(re.findall(r"--[a-z-]+", command)) <= flags
             if name == "eagle3_scaling":
                 assert "--features" in command and "--planned-shards" in command
+        if name == "chat_tau":  # step 24: beside step 22's head, at T = 1 a second draw too
+            assert any("u2=" in c and "--seed-offset 1000" in c and "--temperatures 1" in c
+                       and "--baseline docs/results/smollm2-chat-tau-su-T1-s1000.json:u" in c
+                       for c in runs)  # fmt: skip
 
 
 @pytest.mark.parametrize("second", ["true", "sleep 0.3", "false"])
