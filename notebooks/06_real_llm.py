@@ -1159,6 +1159,36 @@ assert pooled["T=1"]["26:7:8"]["low"] > 0 and pooled["T=1"]["60:7:10"]["high"] >
 # (docs/real_models.md, "A second draw at T = 1"). Ship decisions at T = 1 now pool two draws.
 
 # %% [markdown]
+# Where does τ = 3.0 lie for it at T = 0? The paper's 60 nodes stop 0.012 short; the same depth
+# and top-k with 100 nodes (`chat_tau.py --trees 100:7:10 --temperatures 0`,
+# `docs/results/smollm2-chat-tau-T0-100.json`), read as they are:
+
+# %%
+sizes = [(26, "smollm2-chat-tau-u-T0c.json", "u eagle3 26:7:8"),
+         (60, "smollm2-chat-tau-u-T0c.json", "u eagle3 60:7:10"),
+         (100, "smollm2-chat-tau-T0-100.json", "shipped eagle3 100:7:10")]  # fmt: skip
+rows = [json.loads((results_dir / f).read_text())["T=0"][name]["tau"]["all"]
+        for _, f, name in sizes]  # fmt: skip
+plt.figure(figsize=(5.5, 3.3))
+nodes = [n for n, _, _ in sizes]
+plt.errorbar(nodes, [r["tau"] for r in rows], yerr=[[r["tau"] - r["low"] for r in rows],
+             [r["high"] - r["tau"] for r in rows]], marker="o", capsize=3)  # fmt: skip
+plt.axhline(3.0, color="grey", ls="--", lw=1)
+plt.xlabel("nodes verified per cycle (depth 7)")
+plt.ylabel("τ, T = 0, 36 requests")
+plt.title("the shipped SmolLM2 head (step 22's) by tree size", fontsize=9)
+plt.tight_layout()
+plt.show()
+print("  ".join(f"{n} nodes: {r['tau']:.3f} [{r['low']:.2f}..{r['high']:.2f}]"
+                for n, r in zip(nodes, rows, strict=True)))  # fmt: skip
+assert rows[0]["tau"] < rows[1]["tau"] < 3.0 < rows[2]["tau"]
+
+# %% [markdown]
+# 3.0 lies between 60 and 100 nodes: a budget a GPU's flat cost curve affords (section 5), not
+# this CPU's, where verifying 100 tokens costs several decoding steps and the chain of one stays
+# the fastest method.
+
+# %% [markdown]
 # ## 9. Tokens a head can never draft
 #
 # Part of that gap is not the head. An EAGLE-3 head drafts from its reduced vocabulary, and the
