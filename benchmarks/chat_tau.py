@@ -51,9 +51,9 @@ request, and prints and writes (`--out`) each difference with its paired interva
 per kind, and each file's scores setting (two runs with different `--scores` compare what each
 decoded with). A side may pool several draws, `A.json+B.json:LABEL`, runs with different
 `--seed-offset`s: each prompt's τ is then its draws' emitted tokens over their forwards. At
-T = 1 one draw per prompt is noisy: the shipped SmolLM2 head's 60-node τ read 2.61 on seeds
-0-35 and 2.35 on seeds 1000-1035 (docs/real_models.md, "Step 22"), so T = 1 comparisons pool
-two draws or more.
+T = 1 one draw per prompt is noisy: the SmolLM2 head shipped 2026-12-03 read 2.61 at 60 nodes
+on seeds 0-35 and 2.35 on seeds 1000-1035 (docs/real_models.md, "A second draw at T = 1"), so
+T = 1 comparisons pool two draws or more.
 """
 
 from __future__ import annotations
