@@ -171,12 +171,19 @@ def paired_difference(first: list[dict], second: list[dict], *, resamples: int =
             "first_higher": int(np.sum(e2 / f2 < e1 / f1))}  # fmt: skip
 
 
+def summed_counts(histograms) -> np.ndarray:
+    """The element-wise sum of count lists of any lengths (cycles counted by drafts accepted)."""
+    histograms = list(histograms)
+    counts = np.zeros(max(len(h) for h in histograms), dtype=np.int64)
+    for h in histograms:
+        counts[: len(h)] += h
+    return counts
+
+
 def accepted_at_least(records: list[dict]) -> list[float]:
     """[share of all the records' cycles that accepted at least d drafts, for d = 1, 2, ...]
     from each record's `accepted` (cycles counted by drafts accepted)."""
-    counts = np.zeros(max(len(r["accepted"]) for r in records))
-    for r in records:
-        counts[: len(r["accepted"])] += r["accepted"]
+    counts = summed_counts(r["accepted"] for r in records)
     return (counts[::-1].cumsum()[::-1][1:] / counts.sum()).tolist()
 
 
@@ -421,10 +428,7 @@ def _pooled_rows(runs, label: str, setting: str, tree: str):
         record = {"kind": draws[0]["kind"], "emitted": sum(d["emitted"] for d in draws),
                   "forwards": sum(d["forwards"] for d in draws)}  # fmt: skip
         if all("accepted" in d for d in draws):
-            counts = np.zeros(max(len(d["accepted"]) for d in draws), dtype=int)
-            for d in draws:
-                counts[: len(d["accepted"])] += d["accepted"]
-            record["accepted"] = counts.tolist()
+            record["accepted"] = summed_counts(d["accepted"] for d in draws).tolist()
         pooled.append(record)
     return summarise(pooled)["all"], pooled
 

@@ -1131,6 +1131,9 @@ def test_the_chat_tau_script_pools_tau_per_kind_with_intervals(scripts, tmp_path
     both = sum(r["emitted"] for d in draws for r in d) / sum(r["forwards"] for d in draws
                                                              for r in d)  # fmt: skip
     assert pooled["T=1"]["8:3:2"]["first"]["tau"] == pytest.approx(both)
+    cycles = [r["accepted"] for d in draws for r in d]  # both draws' cycles, counted together
+    reached = sum(sum(c[1:]) for c in cycles) / sum(sum(c) for c in cycles)
+    assert pooled["T=1"]["8:3:2"]["first"]["accepted_at_least"][0] == pytest.approx(reached)
     assert pooled["T=1"]["8:3:2"]["difference"] == pytest.approx(
         results["T=1"]["e1 eagle2 8:3:2"]["tau"]["all"]["tau"] - both)
     with pytest.raises(InvalidInputError, match=r"seed offsets \[0, 0\] repeat"):
