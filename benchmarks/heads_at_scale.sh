@@ -232,16 +232,17 @@ fi
 fi
 
 # Steps 6-8 share two pieces, each the text of a background shell's commands:
-# chat_answers NAME SEED [BATCH]: 100 + 100 shards of SmolLM2's own chat answers, greedy and
-#   T = 1, into $S/NAME-T0 and $S/NAME-T1 (each seed its own requests and passages), as
-#   `distill_workers` runs them (two processes by default); BATCH sequences side by side
-#   (default 32, what chat2 and chat3 were written with: a rebuild from the seed must match;
-#   64 wrote 8-13 % more tokens a second, measured 2026-12-04, docs/distill.md).
+# chat_answers NAME SEED [BATCH] [SHARDS]: 100 + 100 (or SHARDS + SHARDS) shards of SmolLM2's
+#   own chat answers, greedy and T = 1, into $S/NAME-T0 and $S/NAME-T1 (each seed its own
+#   requests and passages), as `distill_workers` runs them (two processes by default); BATCH
+#   sequences side by side (default 32, what chat2 and chat3 were written with: a rebuild from
+#   the seed must match; 64 wrote 8-13 % more tokens a second, measured 2026-12-04,
+#   docs/distill.md).
 chat_answers() {
   local t
   for t in 0 1; do
     distill_workers "minieagle distill --target $M --out-dir $S/$1-T$t --source chat \
-        --temperature $t --seed $2 --shards 100 --shard-windows 64 --batch-size ${3:-32} \
+        --temperature $t --seed $2 --shards ${4:-100} --shard-windows 64 --batch-size ${3:-32} \
         --window-tokens 257 --prompt-tokens 48 --keys 2,15,27,final --quiet" "$S/$1-T$t.log"
   done
 }
@@ -678,11 +679,33 @@ fi
 #    T = 1 showed the earlier T = 1 verdicts to rest on noise: its rows at T = 0 and T = 1
 #    from the files that measured it, and at T = 1 a second draw (seeds 1000-1035) beside its
 #    own.
+# 25. The cache was lost a fourth time (2026-12-05, night: step 24's run at step 512 of 5,189,
+#    every answer of steps 15-23 with it). Rebuilding the union costs about six hours of both
+#    cores, so the next run reads new answers only, from step 22's head as shipped (copied from
+#    git at a23be17), and takes the one lever measured but never applied to a shipped head:
+#    training the draft steps the trees reach (step 14's pilot, 7 TTT steps instead of 3: steps
+#    4-7 +0.02 to +0.10 top-1, τ +0.07 / +0.04 at 26 / 60 nodes). The held-out sets again (same
+#    seed: the same windows), then SmolLM2's answers to the fifth batch of requests (one greedy
+#    pass and 12 shards at T = 1, seed 9, as step 23 planned) and to requests about new passages
+#    (seed 10, 8 greedy and 8 sampled shards, 64 at a time), about 3,700 windows, requests and
+#    passages about 3 : 2 as in the union; written by two chains, one per core. The head trained
+#    one pass over them at step 24's peak (1e-3), 7 TTT steps, seed 12, into $S/eagle3-ut7, and
+#    measured as step 24 would have been, beside step 22's head's files.
+#    Steps 15-24 (the union rebuilt, then its second pass) follow it only with OLD_STEPS=1.
 if [ "$MODE" = continue ]; then
   # one pass over step 15's data: the greedy pass over the training requests and 56 shards of 64
   R_STEPS=$(python -c "from minieagle.data import request_records as r; print(-(-(len(r('train')) + 56 * 64) // 4))")
   R2_STEPS=$((R_STEPS + (54 - 16) * 64 / 4))  # step 16: 38 more shards of passage answers
-  { heldout_answers 9; heldout_requests 9; request_answers req 5 40
+  { { heldout_answers 9; heldout_requests 9
+      WORKERS=1/2 request_answers req5 9 12 "--request-batch 5"
+      WORKERS=1/2 chat_answers chat5 10 64 8; } | in_background
+    { WORKERS=0/2 request_answers req5 9 12 "--request-batch 5"
+      WORKERS=0/2 chat_answers chat5 10 64 8; } | in_background
+    both_done
+    shipped_start u a23be17
+    TTT=7 PEAK=1e-3 BASE_T0=docs/results/smollm2-chat-tau-u-T0c.json:u BASE_T1=docs/results/smollm2-chat-tau-u-T1.json:u BASE_T1_DRAW2=docs/results/smollm2-chat-tau-su-T1-s1000.json:u head_round ut7 "$S/start-eagle3-u" "$S/req5-T0 $S/req5-T1 $S/chat5-T0 $S/chat5-T1" 12 ""
+    echo '[ "${OLD_STEPS:-0}" = 1 ] || exit 0'
+    heldout_answers 9; heldout_requests 9; request_answers req 5 40
     passage_answers 16
     shipped_start n 6e04c1e
     VAL_EXTRA="$S/heldout-req-T0 $S/heldout-req-T1" STEPS=$R_STEPS LR=2e-3 train_chat_head "$S/eagle3-r" "$S/start-eagle3-n" "$S/req-T0 $S/req-T1@0:40 $S/chat3-T0@0:16" "--seed 6" $((R_STEPS * 2 / 5)) r
@@ -729,6 +752,6 @@ if [ "$MODE" = continue ]; then
     chat_tau m-t7 "m-t7=$S/eagle3-m-t7/final"
     THREADS=1 train_chat_head "$S/eagle3-n-d960-ans" "$S/start-eagle3-n" "$S/chat3-T0 $S/chat3-T1" "--seed 3 --loss-mask answers" 960 n-d960-ans
     measure_chat_head "$S/eagle3-n-d960-ans" n-d960-ans "n-d960=$S/eagle3-n-d960/final"; } \
-    | start_smollm2_run r requests.log req
+    | start_smollm2_run ut7 queue25.log req5
 fi
 echo "started ($MODE); see: bash benchmarks/heads_at_scale.sh status"

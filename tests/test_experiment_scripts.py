@@ -290,6 +290,10 @@ def test_the_heads_at_scale_script_is_valid_bash_and_every_command_parses(script
     assert any("--request-batch 2 " in c for c in commands)  # step 18
     assert any("eagle3-u2 " in c and "--lr 1e-3 " in c and "/req5-T0 " in c
                for c in commands)  # step 24  # fmt: skip
+    assert any("eagle3-ut7 " in c and "--ttt-steps 7 " in c and "--lr 1e-3 " in c
+               and "/chat5-T1 " in c for c in commands)  # step 25  # fmt: skip
+    assert any("chat5-T0 " in c and "--seed 10 " in c and "--shards 8 " in c
+               and "--batch-size 64 " in c for c in commands)  # step 25's passages  # fmt: skip
     for command in commands:
         argv = shlex.split(command)[1:]
         args = build_parser().parse_args(argv)  # SystemExit on an unknown or bad flag
