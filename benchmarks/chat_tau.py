@@ -24,7 +24,8 @@ to vanilla's (a difference stops the run). τ is pooled (all emitted tokens over
 per kind and over all prompts; its 95 % interval is a bootstrap over the prompts (resampled
 within each kind, 2,000 times). Every head's row after the first's is also compared with the
 first head's row at the same tree, prompt by prompt (`against_first`: the difference in τ with
-a paired bootstrap interval, and on how many prompts each is higher). Each row also counts
+a paired bootstrap interval, a paired sign-flip test's p-value, and on how many prompts each is
+higher). Each row also counts
 its cycles by how many drafts the verifier accepted (`accepted`, per prompt) and pools them
 into `accepted_at_least` (d: the share of cycles that accepted at least d drafts): where in
 the tree two heads part.
@@ -157,17 +158,29 @@ def paired_difference(first: list[dict], second: list[dict], *, resamples: int =
                       seed: int = 0) -> dict:  # fmt: skip
     """The pooled τ of `second` minus that of `first`, two rows' records of the same prompts in
     the same order, with the 2.5 and 97.5 percentiles of that difference over `resamples` draws
-    of the prompts (each draw the same prompts for both rows: paired), and the prompts where
-    each is higher."""
+    of the prompts (each draw the same prompts for both rows: paired), the prompts where each
+    is higher, and `p_sign_flip`: the two-sided p-value of a paired randomisation test, the
+    share of `resamples` relabellings (each prompt's two records swapped with probability 1/2,
+    as they could be if the rows did not differ) whose difference is at least as far from zero
+    as the one observed. The bootstrap asks how far the difference could move with other
+    prompts; the sign flips ask how often rows that do not differ would part this much on these
+    prompts, which at T = 1 (each record one draw of a sampled decoding) is the question a ship
+    decision asks (docs/real_models.md, "A second draw at T = 1")."""
     if [r["kind"] for r in first] != [r["kind"] for r in second]:
         raise InvalidInputError("paired rows must hold the same prompts in the same order")
     e1, f1, e2, f2 = (np.array([r[key] for r in rows], float)
                       for rows in (first, second) for key in ("emitted", "forwards"))  # fmt: skip
-    draws = np.random.default_rng(seed).integers(0, len(first), size=(resamples, len(first)))
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(first), size=(resamples, len(first)))
     diffs = e2[draws].sum(1) / f2[draws].sum(1) - e1[draws].sum(1) / f1[draws].sum(1)
     low, high = np.percentile(diffs, [2.5, 97.5])
-    return {"difference": pooled_tau(e2, f2) - pooled_tau(e1, f1), "low": float(low),
-            "high": float(high), "second_higher": int(np.sum(e2 / f2 > e1 / f1)),
+    observed = pooled_tau(e2, f2) - pooled_tau(e1, f1)
+    swap = rng.random((resamples, len(first))) < 0.5  # [R, P] prompts whose records trade rows
+    flipped = (np.where(swap, e1, e2).sum(1) / np.where(swap, f1, f2).sum(1)
+               - np.where(swap, e2, e1).sum(1) / np.where(swap, f2, f1).sum(1))  # fmt: skip
+    p = float(np.mean(np.abs(flipped) >= abs(observed) - 1e-12))
+    return {"difference": observed, "low": float(low), "high": float(high),
+            "p_sign_flip": p, "second_higher": int(np.sum(e2 / f2 > e1 / f1)),
             "first_higher": int(np.sum(e2 / f2 < e1 / f1))}  # fmt: skip
 
 
@@ -464,8 +477,9 @@ def main(argv=None) -> dict:
         for setting in [k for k in paired if k.startswith("T=")]:
             for tree, p in paired[setting].items():
                 print(f"{setting} {tree}: {p['second']['tau']:.3f} - {p['first']['tau']:.3f} = "
-                      f"{p['difference']:+.3f} [{p['low']:+.3f}..{p['high']:+.3f}], higher on "
-                      f"{p['second_higher']}, lower on {p['first_higher']}")  # fmt: skip
+                      f"{p['difference']:+.3f} [{p['low']:+.3f}..{p['high']:+.3f}], sign-flip p "
+                      f"{p['p_sign_flip']:.3f}, higher on {p['second_higher']}, lower on "
+                      f"{p['first_higher']}")  # fmt: skip
                 for kind, k in p["by_kind"].items():
                     print(f"    {kind}: {k['difference']:+.3f} [{k['low']:+.3f}..{k['high']:+.3f}]")
                 for which in ("first", "second"):
@@ -554,8 +568,8 @@ def main(argv=None) -> dict:
             if "against_first" in row:
                 p = row["against_first"]
                 print(f"    minus {p['row']}: {p['difference']:+.3f} [{p['low']:+.3f}.."
-                      f"{p['high']:+.3f}], higher on {p['second_higher']} prompts, lower on "
-                      f"{p['first_higher']}")  # fmt: skip
+                      f"{p['high']:+.3f}], sign-flip p {p['p_sign_flip']:.3f}, higher on "
+                      f"{p['second_higher']} prompts, lower on {p['first_higher']}")  # fmt: skip
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
     if args.plot:

@@ -1076,6 +1076,7 @@ def test_the_chat_tau_script_pools_tau_per_kind_with_intervals(scripts, tmp_path
         assert paired["first_higher"] + paired["second_higher"] <= 6
     same = tau.paired_difference(first["per_prompt"], first["per_prompt"])
     assert (same["difference"], same["low"], same["high"], same["first_higher"]) == (0, 0, 0, 0)
+    assert same["p_sign_flip"] == 1.0  # rows that do not differ: every relabelling as far
     with pytest.raises(InvalidInputError, match="same prompts in the same order"):
         tau.paired_difference(first["per_prompt"], first["per_prompt"][::-1])
     # the same comparison with the first head's rows read from an earlier run, not decoded again
@@ -1237,3 +1238,29 @@ def test_every_benchmark_help_opens_with_its_docstrings_whole_first_paragraph():
             first = ast.get_docstring(ast.parse(source), clean=False).split("\n\n")[0]
             assert first.rstrip().endswith((".", ":", "?", ")", "`", '"')), (path.name, first)
     assert checked >= 10
+
+
+def test_chat_tau_paired_sign_flip_test_tells_a_shift_from_noise(scripts):
+    """`paired_difference`'s p_sign_flip: rows that differ by a shift on every prompt are told
+    apart (p near 0), and two draws of the same law are below 0.05 about 5 % of the time, with
+    p-values spread evenly, as a valid test's are."""
+    tau = importlib.import_module("chat_tau")
+    rng = np.random.default_rng(3)
+    kinds = ["a"] * 18 + ["b"] * 18
+
+    def draw(shift=0.0):
+        forwards = rng.integers(30, 50, size=36)
+        emitted = np.round(forwards * (2.3 + shift + rng.normal(0, 0.35, size=36)))
+        return [{"kind": k, "emitted": int(e), "forwards": int(f)}
+                for k, e, f in zip(kinds, emitted, forwards, strict=True)]  # fmt: skip
+
+    base = draw()
+    shifted = [{**r, "emitted": r["emitted"] + r["forwards"] // 2} for r in base]  # +0.5 each
+    result = tau.paired_difference(base, shifted, resamples=2000)
+    assert result["difference"] > 0.4 and result["p_sign_flip"] < 0.01
+    assert result["second_higher"] == 36
+    null = [tau.paired_difference(draw(), draw(), resamples=400, seed=i)["p_sign_flip"]
+            for i in range(200)]  # fmt: skip
+    rate = np.mean(np.array(null) < 0.05)
+    assert 0.01 <= rate <= 0.11, rate  # 5 % expected: 10 of 200, a 1-in-1000 band
+    assert 0.3 < np.median(null) < 0.7  # uniform under the null
