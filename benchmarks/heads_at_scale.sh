@@ -687,7 +687,7 @@ fi
 #    4-7 +0.02 to +0.10 top-1, τ +0.07 / +0.04 at 26 / 60 nodes). The held-out sets again (same
 #    seed: the same windows), then SmolLM2's answers to the fifth batch of requests (one greedy
 #    pass and 12 shards at T = 1, seed 9, as step 23 planned) and to requests about new passages
-#    (seed 10, 8 greedy and 8 sampled shards, 64 at a time), about 3,700 windows, requests and
+#    (seed 10, 8 greedy and 8 sampled shards, 64 at a time): 2,693 windows, requests and
 #    passages about 3 : 2 as in the union; written by two chains, one per core. The head trained
 #    one pass over them at step 24's peak (1e-3), 7 TTT steps, seed 12, into $S/eagle3-ut7, and
 #    measured as step 24 would have been, beside step 22's head's files.
