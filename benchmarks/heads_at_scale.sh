@@ -691,6 +691,10 @@ fi
 #    passages about 3 : 2 as in the union; written by two chains, one per core. The head trained
 #    one pass over them at step 24's peak (1e-3), 7 TTT steps, seed 12, into $S/eagle3-ut7, and
 #    measured as step 24 would have been, beside step 22's head's files.
+#    Measured 2026-12-05, night (docs/real_models.md, "Step 25"): steps 4-7 +0.01 to +0.16
+#    held-out top-1, steps 1-3 within 0.02; τ at T = 0 2.73 / 3.02 at 26 / 60 nodes (-0.05 /
+#    +0.03 paired), at T = 1 two draws pooled -0.07 / -0.04, its chain of one 1.33x beside the
+#    shipped head's 1.31x: within the noise everywhere, not shipped.
 #    Steps 15-24 (the union rebuilt, then its second pass) follow it only with OLD_STEPS=1.
 if [ "$MODE" = continue ]; then
   # one pass over step 15's data: the greedy pass over the training requests and 56 shards of 64
