@@ -25,10 +25,9 @@ per kind and over all prompts; its 95 % interval is a bootstrap over the prompts
 within each kind, 2,000 times). Every head's row after the first's is also compared with the
 first head's row at the same tree, prompt by prompt (`against_first`: the difference in τ with
 a paired bootstrap interval, a paired sign-flip test's p-value, and on how many prompts each is
-higher). Each row also counts
-its cycles by how many drafts the verifier accepted (`accepted`, per prompt) and pools them
-into `accepted_at_least` (d: the share of cycles that accepted at least d drafts): where in
-the tree two heads part.
+higher). Each row also counts its cycles by how many drafts the verifier accepted (`accepted`,
+per prompt) and pools them into `accepted_at_least` (d: the share of cycles that accepted at
+least d drafts): where in the tree two heads part.
 
     OPENBLAS_NUM_THREADS=1 python benchmarks/chat_tau.py \\
         --eagle3 shipped=minieagle/pretrained/smollm2-eagle3 --eagle3 new=DIR \\
